@@ -1,0 +1,169 @@
+//! Errors of the storage tiers.
+//!
+//! [`Error`] is the one public error type. Its [`ErrorKind`] tells a caller what to do
+//! (retry, fix the input or configuration, give up because the data is damaged, or report a
+//! bug); its variants carry the fields a person needs to act. Errors that cross the
+//! `object_store::ObjectStore` boundary are wrapped in `object_store::Error::Generic` with
+//! this type as the source, so engines above can downcast and keep the detail.
+
+use std::path::PathBuf;
+
+/// What a caller should do about an [`Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A transient condition (network, throttling, a stalled device): retrying may succeed.
+    Retry,
+    /// The request or configuration is wrong (URL, credentials, options): fix it and rerun.
+    Input,
+    /// Stored bytes are damaged or belong to something else: retrying will not help.
+    Data,
+    /// The handle can no longer be used safely (for example after a failed fsync); reopen it.
+    Poisoned,
+    /// A bug in tierdb: please report it.
+    Bug,
+}
+
+/// The error type of `tierdb-store`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The URL naming a store could not be understood.
+    #[error("invalid store URL {url:?}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+
+    /// A configuration value is missing or out of range.
+    #[error("invalid option {option}: {reason}")]
+    InvalidOption {
+        option: &'static str,
+        reason: String,
+    },
+
+    /// The capacity store refused or failed a request.
+    #[error("object store {store}: {source}")]
+    Store {
+        store: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// A local file or directory operation failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The cache directory is locked by another process.
+    #[error(
+        "cache directory {dir} is in use by another process (lock held on {dir}/LOCK); \
+         stop that process or choose another --cache-dir"
+    )]
+    CacheDirLocked { dir: PathBuf },
+
+    /// The cache directory holds unflushed writes of a different capacity store.
+    #[error(
+        "cache directory {dir} holds {dirty_bytes} bytes of unflushed writes for {owner}, \
+         not for {requested}; open it with {owner} first so they are uploaded, or choose another --cache-dir"
+    )]
+    CacheDirOwnedByOther {
+        dir: PathBuf,
+        owner: String,
+        requested: String,
+        dirty_bytes: u64,
+    },
+
+    /// A write-back log record is damaged somewhere other than the unacknowledged tail.
+    #[error(
+        "write-back log {segment} is damaged at byte {offset}: {reason}; it may hold acknowledged \
+         writes that are not yet in the capacity store, so tierdb will not open it. Restore the \
+         device, or move {segment} aside to discard its writes"
+    )]
+    LogCorrupt {
+        segment: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+
+    /// An fsync of the write-back log failed; the log refuses further writes.
+    #[error(
+        "write-back log {segment} is poisoned after a failed write or fsync: {reason}; reopen the store"
+    )]
+    LogPoisoned { segment: PathBuf, reason: String },
+
+    /// Uploads of write-back data keep failing, so a flush cannot complete.
+    #[error(
+        "write-back upload of {path} failed {attempts} times (last error: {last_error}); the data is \
+         safe in the write-back log and uploads keep retrying; check the capacity store"
+    )]
+    UploadFailing {
+        path: String,
+        attempts: u32,
+        last_error: String,
+    },
+
+    /// The store has been closed.
+    #[error("the tiered store is closed")]
+    Closed,
+
+    /// A foyer cache operation failed.
+    #[error("cache: {0}")]
+    Cache(String),
+}
+
+impl Error {
+    /// What the caller should do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidUrl { .. }
+            | Error::InvalidOption { .. }
+            | Error::CacheDirLocked { .. }
+            | Error::CacheDirOwnedByOther { .. } => ErrorKind::Input,
+            Error::Store { source, .. } => match source {
+                object_store::Error::NotFound { .. }
+                | object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. }
+                | object_store::Error::NotModified { .. }
+                | object_store::Error::InvalidPath { .. }
+                | object_store::Error::NotSupported { .. }
+                | object_store::Error::NotImplemented { .. }
+                | object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }
+                | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::Input,
+                _ => ErrorKind::Retry,
+            },
+            Error::Io { .. } | Error::UploadFailing { .. } | Error::Cache(_) => ErrorKind::Retry,
+            Error::LogCorrupt { .. } => ErrorKind::Data,
+            Error::LogPoisoned { .. } | Error::Closed => ErrorKind::Poisoned,
+        }
+    }
+
+    pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            what,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// The name used for errors of this crate inside `object_store::Error::Generic`.
+pub const STORE_NAME: &str = "tierdb";
+
+impl From<Error> for object_store::Error {
+    fn from(err: Error) -> Self {
+        match err {
+            // Keep the capacity store's own error so callers can match NotFound, Precondition...
+            Error::Store { source, .. } => source,
+            other => object_store::Error::Generic {
+                store: STORE_NAME,
+                source: Box::new(other),
+            },
+        }
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,149 @@
+//! Settings of the tiered store.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How writes reach the capacity store, named as Open CAS names its cache modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// Written to the capacity store before the write is acknowledged, and to the read cache.
+    #[default]
+    WriteThrough,
+    /// Written to the capacity store only; the read cache is not filled by writes.
+    WriteAround,
+    /// Appended to the fsync'd write-back log on the cache device and acknowledged; a
+    /// background cleaner uploads it to the capacity store.
+    WriteBack,
+}
+
+impl FromStr for WriteMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "write-through" => Ok(WriteMode::WriteThrough),
+            "write-around" => Ok(WriteMode::WriteAround),
+            "write-back" => Ok(WriteMode::WriteBack),
+            other => Err(format!(
+                "unknown write mode {other:?}; use write-through, write-around or write-back"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for WriteMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WriteMode::WriteThrough => "write-through",
+            WriteMode::WriteAround => "write-around",
+            WriteMode::WriteBack => "write-back",
+        })
+    }
+}
+
+/// Eviction policy of the DRAM tier; all are foyer's implementations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Eviction {
+    Lru,
+    /// W-TinyLFU: a small LRU window in front of a frequency-filtered main space.
+    #[default]
+    Lfu,
+    Fifo,
+    S3Fifo,
+    Sieve,
+}
+
+impl Eviction {
+    pub const ALL: [Eviction; 5] = [
+        Eviction::Lru,
+        Eviction::Lfu,
+        Eviction::Fifo,
+        Eviction::S3Fifo,
+        Eviction::Sieve,
+    ];
+
+    /// foyer's configuration for this policy.
+    pub fn foyer_config(self) -> foyer::EvictionConfig {
+        match self {
+            Eviction::Lru => foyer::LruConfig::default().into(),
+            Eviction::Lfu => foyer::LfuConfig::default().into(),
+            Eviction::Fifo => foyer::FifoConfig::default().into(),
+            Eviction::S3Fifo => foyer::S3FifoConfig::default().into(),
+            Eviction::Sieve => foyer::SieveConfig::default().into(),
+        }
+    }
+}
+
+impl FromStr for Eviction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Eviction::ALL
+            .into_iter()
+            .find(|e| e.to_string() == s)
+            .ok_or_else(|| {
+                format!("unknown eviction policy {s:?}; use lru, lfu, fifo, s3fifo or sieve")
+            })
+    }
+}
+
+impl fmt::Display for Eviction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Eviction::Lru => "lru",
+            Eviction::Lfu => "lfu",
+            Eviction::Fifo => "fifo",
+            Eviction::S3Fifo => "s3fifo",
+            Eviction::Sieve => "sieve",
+        })
+    }
+}
+
+/// Settings of a [`crate::TieredStore`].
+#[derive(Debug, Clone)]
+pub struct TierOptions {
+    /// Bytes of DRAM for cached blocks; 0 turns the DRAM tier off.
+    pub memory_bytes: u64,
+    /// Directory on the fast device for the device tier and the write-back log. Without it
+    /// there is no device tier and write-back is refused.
+    pub cache_dir: Option<PathBuf>,
+    /// Bytes of the device tier inside `cache_dir`; 0 turns the device tier off.
+    pub cache_bytes: u64,
+    /// Size of a cached block (alignment of cached ranges).
+    pub block_bytes: u64,
+    pub write_mode: WriteMode,
+    pub eviction: Eviction,
+    /// Open CAS's sequential cutoff: once one reader has read this many bytes of one object
+    /// in sequence, further misses of that run bypass the caches.
+    pub sequential_cutoff_bytes: u64,
+    /// Cap on write-back data not yet uploaded; writers wait when it is reached.
+    pub dirty_bytes_max: u64,
+    /// The write-back log starts a new segment file after this many bytes.
+    pub log_segment_bytes: u64,
+    /// Uploads the write-back cleaner runs at once.
+    pub upload_concurrency: usize,
+    /// A flush reports failure once one upload has failed this many times in a row.
+    pub upload_attempts_max: u32,
+    /// How long object metadata (size, e_tag) learned from the capacity store is trusted for
+    /// objects not written through this store. See docs/design/tiered-store.md.
+    pub meta_ttl: Duration,
+}
+
+impl Default for TierOptions {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 256 << 20,
+            cache_dir: None,
+            cache_bytes: 0,
+            block_bytes: 64 << 10,
+            write_mode: WriteMode::WriteThrough,
+            eviction: Eviction::default(),
+            sequential_cutoff_bytes: 1 << 20,
+            dirty_bytes_max: 256 << 20,
+            log_segment_bytes: 64 << 20,
+            upload_concurrency: 8,
+            upload_attempts_max: 5,
+            meta_ttl: Duration::from_secs(10),
+        }
+    }
+}

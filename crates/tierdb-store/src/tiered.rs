@@ -1,0 +1,875 @@
+//! [`TieredStore`]: one `ObjectStore` over the capacity store, with the read tiers and the
+//! write-back log in front, so engines need not know about tiers.
+//!
+//! # Read path
+//!
+//! 1. A path with a pending write-back version is served from the log (or is NotFound if
+//!    the pending version is a delete).
+//! 2. Otherwise the object's metadata comes from the metadata cache ([`crate::meta`]) or a
+//!    HEAD, the requested range is split into aligned blocks, and each block is looked up in
+//!    DRAM, then on the device, then fetched from the capacity store with `If-Match` on the
+//!    e_tag (one fetch for concurrent misses) and inserted, unless the admission policy
+//!    (sequential cutoff) says the read is part of a long scan.
+//! 3. A precondition failure on a block fetch means the object changed since its metadata
+//!    was learned: the metadata is dropped and the read starts over once.
+//!
+//! Reads with preconditions or an explicit version go straight to the capacity store.
+//!
+//! # Write path
+//!
+//! - write-through: capacity store, then the blocks are inserted (if small enough to be
+//!   admitted) under the new e_tag;
+//! - write-around: capacity store only;
+//! - write-back: appended to the log and acknowledged once fsync'd. Conditional puts, puts
+//!   with attributes or tags, multipart uploads and objects larger than half the dirty-byte
+//!   cap are written directly instead.
+//!
+//! Every write that goes directly to the capacity store while the log holds records not
+//! yet covered by a clean mark first runs a barrier (drain + clean mark). That keeps the
+//! order of writes to one path, makes a conditional put a barrier for everything written
+//! before it (SlateDB writes SSTs before the manifest that names them), and keeps replay
+//! from re-uploading a version older than one written directly.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{DateTime, TimeZone, Utc};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{
+    Attributes, CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult,
+    MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions,
+    PutOptions, PutPayload, PutResult, RenameOptions, UploadPart,
+};
+
+use crate::cachedir::CacheDir;
+use crate::capacity::{CapacityOptions, StoreUrl, open_capacity};
+use crate::error::{Error, Result, STORE_NAME};
+use crate::meta::MetaCache;
+use crate::options::{TierOptions, WriteMode};
+use crate::readcache::admission::{AdmissionPolicy, SequentialCutoff};
+use crate::readcache::{BlockCache, BlockKey, CacheOptions, Source};
+use crate::stats::{CapacityCounters, CapacityStats, DeviceStats, DramStats, TierStats, bump};
+use crate::wblog::format_v1::RecordKind;
+use crate::wblog::{self, Entry, LogOptions, WbLog};
+
+/// Block fetches of one read that run at once.
+const READ_FANOUT: usize = 8;
+
+/// The tiered object store. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct TieredStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    capacity: Arc<dyn ObjectStore>,
+    options: TierOptions,
+    cache: Option<Arc<BlockCache>>,
+    admission: Box<dyn AdmissionPolicy>,
+    meta: Arc<MetaCache>,
+    log: Option<Arc<WbLog>>,
+    counters: CapacityCounters,
+    _cache_dir: Option<CacheDir>,
+}
+
+impl fmt::Debug for TieredStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TieredStore")
+            .field("capacity", &self.inner.name)
+            .field("write_mode", &self.inner.options.write_mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for TieredStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "TieredStore({}, {})",
+            self.inner.name, self.inner.options.write_mode
+        )
+    }
+}
+
+impl TieredStore {
+    /// Opens the capacity store named by `url` and the tiers configured in `options`.
+    pub async fn open(
+        url: &StoreUrl,
+        capacity: &CapacityOptions,
+        options: TierOptions,
+    ) -> Result<Self> {
+        let store = open_capacity(url, capacity)?;
+        Self::with_capacity(store, url.to_string(), options).await
+    }
+
+    /// Puts the tiers in front of an already opened capacity store; `name` identifies that
+    /// store (it is recorded in the cache directory).
+    pub async fn with_capacity(
+        capacity: Arc<dyn ObjectStore>,
+        name: String,
+        options: TierOptions,
+    ) -> Result<Self> {
+        validate(&options)?;
+        let cache_dir = options
+            .cache_dir
+            .as_deref()
+            .map(|dir| CacheDir::open(dir, &name))
+            .transpose()?;
+        let cache = BlockCache::open(&CacheOptions {
+            memory_bytes: options.memory_bytes,
+            device_dir: cache_dir.as_ref().map(CacheDir::blocks_dir),
+            device_bytes: options.cache_bytes,
+            block_bytes: options.block_bytes,
+            eviction: options.eviction,
+        })
+        .await?
+        .map(Arc::new);
+        let meta = Arc::new(MetaCache::new(options.meta_ttl));
+        let log = match &cache_dir {
+            Some(dir) => Some(WbLog::open(
+                &dir.wblog_dir(),
+                LogOptions {
+                    segment_bytes_max: options.log_segment_bytes,
+                    dirty_bytes_max: options.dirty_bytes_max,
+                    upload_concurrency: options.upload_concurrency,
+                    upload_attempts_max: options.upload_attempts_max,
+                },
+                capacity.clone(),
+                on_uploaded(meta.clone(), cache.clone(), &options),
+            )?),
+            None => None,
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                name,
+                capacity,
+                admission: Box::new(SequentialCutoff::new(options.sequential_cutoff_bytes)),
+                options,
+                cache,
+                meta,
+                log,
+                counters: CapacityCounters::default(),
+                _cache_dir: cache_dir,
+            }),
+        })
+    }
+
+    /// The capacity store under the tiers.
+    pub fn capacity(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner.capacity
+    }
+
+    pub fn options(&self) -> &TierOptions {
+        &self.inner.options
+    }
+
+    /// Waits until every write acknowledged so far is in the capacity store.
+    pub async fn flush(&self) -> Result<()> {
+        match &self.inner.log {
+            Some(log) => log.barrier().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes, stops the cleaner and writes DRAM blocks to the device tier. Unflushed data
+    /// stays in the log if the flush fails, and is uploaded at the next open.
+    pub async fn close(&self) -> Result<()> {
+        let flushed = match &self.inner.log {
+            Some(log) => log.close().await,
+            None => Ok(()),
+        };
+        if let Some(cache) = &self.inner.cache {
+            cache.close().await?;
+        }
+        flushed
+    }
+
+    pub fn stats(&self) -> TierStats {
+        let i = &self.inner;
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let mut stats = TierStats {
+            write_back: i.log.as_ref().map(|l| l.stats()),
+            ..Default::default()
+        };
+        let c = &i.counters;
+        stats.capacity = CapacityStats {
+            gets: load(&c.gets),
+            get_bytes: load(&c.get_bytes),
+            heads: load(&c.heads),
+            puts: load(&c.puts),
+            put_bytes: load(&c.put_bytes),
+            deletes: load(&c.deletes),
+            lists: load(&c.lists),
+            ..Default::default()
+        };
+        if let Some(cache) = &i.cache {
+            let k = &cache.counters;
+            let (read_bytes, write_bytes) = cache.device_io_bytes();
+            stats.dram = DramStats {
+                hits: load(&k.dram_hits),
+                hit_bytes: load(&k.dram_hit_bytes),
+                evictions: load(&k.dram_evictions),
+                usage_bytes: cache.memory_usage_bytes(),
+                capacity_bytes: cache.memory_bytes,
+            };
+            stats.device = DeviceStats {
+                hits: load(&k.device_hits),
+                hit_bytes: load(&k.device_hit_bytes),
+                read_bytes,
+                write_bytes,
+                capacity_bytes: cache.device_bytes,
+            };
+            stats.capacity.misses = load(&k.misses);
+            stats.capacity.miss_bytes = load(&k.miss_bytes);
+            stats.bypassed_blocks = load(&k.bypassed);
+        }
+        stats
+    }
+}
+
+fn validate(options: &TierOptions) -> Result<()> {
+    let bad = |option, reason: &str| {
+        Err(Error::InvalidOption {
+            option,
+            reason: reason.into(),
+        })
+    };
+    if options.block_bytes == 0 || options.block_bytes > 64 << 20 {
+        return bad("block_bytes", "must be between 1 byte and 64 MiB");
+    }
+    if options.cache_dir.is_none() && options.cache_bytes > 0 {
+        return bad("cache_bytes", "a device tier needs --cache-dir");
+    }
+    if options.cache_dir.is_none() && options.write_mode == WriteMode::WriteBack {
+        return bad(
+            "write_mode",
+            "write-back needs --cache-dir on a fast device for its log",
+        );
+    }
+    if options.write_mode == WriteMode::WriteBack && options.dirty_bytes_max < 2 {
+        return bad(
+            "dirty_bytes_max",
+            "write-back needs a dirty-byte cap of at least 2 bytes",
+        );
+    }
+    if options.cache_bytes > 0 && options.cache_bytes < 4 * options.block_bytes.max(1 << 20) {
+        return bad(
+            "cache_bytes",
+            "the device tier needs at least 4 MiB (and 4 blocks)",
+        );
+    }
+    Ok(())
+}
+
+/// After an upload, the read tiers learn the new version (and its blocks, if admitted).
+fn on_uploaded(
+    meta: Arc<MetaCache>,
+    cache: Option<Arc<BlockCache>>,
+    options: &TierOptions,
+) -> wblog::OnUploaded {
+    let block_bytes = options.block_bytes;
+    let cutoff = options.sequential_cutoff_bytes;
+    Arc::new(move |up: wblog::cleaner::Uploaded| match up.put {
+        None => meta.forget(up.path.as_ref()),
+        Some((result, payload)) => {
+            let object = written_meta(&up.path, payload.len() as u64, &result);
+            if let (Some(cache), Some(version)) = (&cache, &result.e_tag)
+                && payload.len() as u64 <= cutoff
+            {
+                insert_blocks(cache, &up.path, version, &payload, block_bytes);
+            }
+            meta.wrote(object);
+        }
+    })
+}
+
+fn written_meta(path: &Path, size: u64, result: &PutResult) -> ObjectMeta {
+    ObjectMeta {
+        location: path.clone(),
+        last_modified: Utc::now(),
+        size,
+        e_tag: result.e_tag.clone(),
+        version: result.version.clone(),
+    }
+}
+
+fn insert_blocks(cache: &BlockCache, path: &Path, version: &str, data: &Bytes, block_bytes: u64) {
+    for (i, start) in (0..data.len() as u64)
+        .step_by(block_bytes as usize)
+        .enumerate()
+    {
+        let end = (start + block_bytes).min(data.len() as u64);
+        cache.insert(
+            BlockKey {
+                path: path.as_ref().to_string(),
+                version: version.to_string(),
+                block: i as u64,
+            },
+            data.slice(start as usize..end as usize),
+        );
+    }
+}
+
+fn version_of(meta: &ObjectMeta) -> String {
+    meta.e_tag.clone().unwrap_or_else(|| {
+        format!(
+            "{}-{}",
+            meta.size,
+            meta.last_modified.timestamp_nanos_opt().unwrap_or_default()
+        )
+    })
+}
+
+fn has_preconditions(o: &GetOptions) -> bool {
+    o.if_match.is_some()
+        || o.if_none_match.is_some()
+        || o.if_modified_since.is_some()
+        || o.if_unmodified_since.is_some()
+        || o.version.is_some()
+}
+
+fn resolve_range(range: Option<&GetRange>, size: u64) -> object_store::Result<Range<u64>> {
+    match range {
+        None => Ok(0..size),
+        Some(r) => r.as_range(size).map_err(|e| object_store::Error::Generic {
+            store: STORE_NAME,
+            source: Box::new(e),
+        }),
+    }
+}
+
+fn result_of(meta: ObjectMeta, range: Range<u64>, chunks: Vec<Bytes>) -> GetResult {
+    GetResult {
+        payload: GetResultPayload::Stream(stream::iter(chunks.into_iter().map(Ok)).boxed()),
+        meta,
+        range,
+        attributes: Attributes::default(),
+        extensions: Default::default(),
+    }
+}
+
+fn pending_meta(path: &Path, entry: &Entry) -> ObjectMeta {
+    ObjectMeta {
+        location: path.clone(),
+        last_modified: Utc
+            .timestamp_millis_opt(entry.stamp_ms as i64)
+            .single()
+            .unwrap_or(DateTime::UNIX_EPOCH),
+        size: entry.payload_len,
+        e_tag: None,
+        version: None,
+    }
+}
+
+fn not_found(path: &Path) -> object_store::Error {
+    object_store::Error::NotFound {
+        path: path.to_string(),
+        source: "deleted (pending upload in the write-back log)".into(),
+    }
+}
+
+impl Inner {
+    fn log_needs_barrier(&self) -> Option<&WbLog> {
+        self.log.as_deref().filter(|l| l.needs_barrier())
+    }
+
+    /// Before a write goes directly to the capacity store; see the module docs.
+    async fn barrier_if_needed(&self) -> object_store::Result<()> {
+        if let Some(log) = self.log_needs_barrier() {
+            log.barrier().await?;
+        }
+        Ok(())
+    }
+
+    async fn head_capacity(&self, location: &Path) -> object_store::Result<ObjectMeta> {
+        if let Some(meta) = self.meta.get(location.as_ref()) {
+            return Ok(meta);
+        }
+        let ticket = self.meta.ticket(location.as_ref());
+        bump(&self.counters.heads, 1);
+        let meta = self.capacity.head(location).await?;
+        self.meta.learn(ticket, &meta);
+        Ok(meta)
+    }
+
+    async fn get_pending(
+        &self,
+        location: &Path,
+        entry: &Entry,
+        options: &GetOptions,
+    ) -> object_store::Result<GetResult> {
+        if entry.kind == RecordKind::Delete {
+            return Err(not_found(location));
+        }
+        let meta = pending_meta(location, entry);
+        let range = resolve_range(options.range.as_ref(), meta.size)?;
+        if options.head {
+            return Ok(result_of(meta, range, Vec::new()));
+        }
+        let log = self
+            .log
+            .as_ref()
+            .expect("a pending entry comes from the log");
+        let bytes = log.read(entry, range.clone()).await?;
+        Ok(result_of(meta, range, vec![bytes]))
+    }
+
+    async fn get_capacity(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        bump(&self.counters.gets, 1);
+        let result = self.capacity.get_opts(location, options).await?;
+        bump(
+            &self.counters.get_bytes,
+            result.range.end - result.range.start,
+        );
+        Ok(result)
+    }
+
+    async fn get_cached(
+        &self,
+        cache: &Arc<BlockCache>,
+        location: &Path,
+        options: &GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let meta = self.head_capacity(location).await?;
+        let range = resolve_range(options.range.as_ref(), meta.size)?;
+        if options.head || range.is_empty() {
+            return Ok(result_of(meta, range, Vec::new()));
+        }
+        let admit = self.admission.admit(location.as_ref(), range.clone());
+        let version = version_of(&meta);
+        let b = self.options.block_bytes;
+        let blocks = range.start / b..(range.end - 1) / b + 1;
+        let chunks = if admit {
+            self.read_blocks_admitted(cache, location, &meta, &version, blocks.clone())
+                .await?
+        } else {
+            self.read_blocks_bypassing(cache, location, &meta, &version, blocks.clone())
+                .await?
+        };
+        // Trim the first and last block to the requested range.
+        let mut out = Vec::with_capacity(chunks.len());
+        for (block, chunk) in blocks.zip(chunks) {
+            let block_start = block * b;
+            let from = range
+                .start
+                .saturating_sub(block_start)
+                .min(chunk.len() as u64);
+            let to = (range.end - block_start).min(chunk.len() as u64);
+            if from < to {
+                out.push(chunk.slice(from as usize..to as usize));
+            }
+        }
+        let got: u64 = out.iter().map(|c| c.len() as u64).sum();
+        if got != range.end - range.start {
+            // The object is shorter than its metadata said: it changed underneath us.
+            return Err(object_store::Error::Precondition {
+                path: location.to_string(),
+                source: format!(
+                    "read {got} bytes of {location} where {} were expected",
+                    range.end - range.start
+                )
+                .into(),
+            });
+        }
+        Ok(result_of(meta, range, out))
+    }
+
+    fn block_range(&self, meta: &ObjectMeta, block: u64) -> Range<u64> {
+        let b = self.options.block_bytes;
+        block * b..((block + 1) * b).min(meta.size)
+    }
+
+    fn fetch(
+        &self,
+        location: &Path,
+        meta: &ObjectMeta,
+        range: Range<u64>,
+    ) -> impl Future<Output = object_store::Result<Bytes>> + Send + 'static {
+        let capacity = self.capacity.clone();
+        let location = location.clone();
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(range)),
+            if_match: meta.e_tag.clone(),
+            ..Default::default()
+        };
+        async move { capacity.get_opts(&location, options).await?.bytes().await }
+    }
+
+    async fn read_blocks_admitted(
+        &self,
+        cache: &Arc<BlockCache>,
+        location: &Path,
+        meta: &ObjectMeta,
+        version: &str,
+        blocks: Range<u64>,
+    ) -> object_store::Result<Vec<Bytes>> {
+        stream::iter(blocks)
+            .map(|block| {
+                let key = BlockKey {
+                    path: location.as_ref().to_string(),
+                    version: version.to_string(),
+                    block,
+                };
+                let fetch = self.fetch(location, meta, self.block_range(meta, block));
+                async move {
+                    let (bytes, source) = cache.get_or_fetch(&key, fetch).await?;
+                    cache.counters.record(source, bytes.len() as u64);
+                    if source == Source::Capacity {
+                        bump(&self.counters.gets, 1);
+                        bump(&self.counters.get_bytes, bytes.len() as u64);
+                    }
+                    Ok::<_, object_store::Error>(bytes)
+                }
+            })
+            .buffered(READ_FANOUT)
+            .try_collect()
+            .await
+    }
+
+    /// Serves cached blocks from the cache and the rest with as few capacity requests as
+    /// possible, without inserting anything.
+    async fn read_blocks_bypassing(
+        &self,
+        cache: &Arc<BlockCache>,
+        location: &Path,
+        meta: &ObjectMeta,
+        version: &str,
+        blocks: Range<u64>,
+    ) -> object_store::Result<Vec<Bytes>> {
+        let mut chunks: Vec<Option<Bytes>> =
+            Vec::with_capacity((blocks.end - blocks.start) as usize);
+        for block in blocks.clone() {
+            let key = BlockKey {
+                path: location.as_ref().to_string(),
+                version: version.to_string(),
+                block,
+            };
+            let hit = cache.get(&key).await?;
+            if let Some((bytes, source)) = &hit {
+                cache.counters.record(*source, bytes.len() as u64);
+            }
+            chunks.push(hit.map(|(bytes, _)| bytes));
+        }
+        let b = self.options.block_bytes;
+        let mut i = 0;
+        while i < chunks.len() {
+            if chunks[i].is_some() {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < chunks.len() && chunks[j].is_none() {
+                j += 1;
+            }
+            let first = blocks.start + i as u64;
+            let range = first * b..((blocks.start + j as u64) * b).min(meta.size);
+            bump(&cache.counters.bypassed, (j - i) as u64);
+            bump(&self.counters.gets, 1);
+            bump(&self.counters.get_bytes, range.end - range.start);
+            let bytes = self.fetch(location, meta, range.clone()).await?;
+            for (k, slot) in chunks[i..j].iter_mut().enumerate() {
+                let from = (k as u64 * b).min(bytes.len() as u64) as usize;
+                let to = ((k as u64 + 1) * b).min(bytes.len() as u64) as usize;
+                *slot = Some(bytes.slice(from..to));
+            }
+            i = j;
+        }
+        Ok(chunks.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    async fn put_direct(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.barrier_if_needed().await?;
+        let len = payload.content_length() as u64;
+        bump(&self.counters.puts, 1);
+        bump(&self.counters.put_bytes, len);
+        let result = match self
+            .capacity
+            .put_opts(location, payload.clone(), opts)
+            .await
+        {
+            Ok(result) => result,
+            Err(e) => {
+                // A failed put may or may not have landed; relearn the object next time.
+                self.meta.forget(location.as_ref());
+                return Err(e);
+            }
+        };
+        let fill = self.options.write_mode != WriteMode::WriteAround
+            && len <= self.options.sequential_cutoff_bytes;
+        if let (true, Some(cache), Some(version)) = (fill, &self.cache, &result.e_tag) {
+            let data = if payload.iter().count() == 1 {
+                payload.iter().next().cloned().unwrap_or_default()
+            } else {
+                Bytes::from(
+                    payload
+                        .iter()
+                        .flat_map(|c| c.iter().copied())
+                        .collect::<Vec<u8>>(),
+                )
+            };
+            insert_blocks(cache, location, version, &data, self.options.block_bytes);
+        }
+        self.meta.wrote(written_meta(location, len, &result));
+        Ok(result)
+    }
+
+    async fn delete_one(&self, location: &Path) -> object_store::Result<()> {
+        if let (WriteMode::WriteBack, Some(log)) = (self.options.write_mode, &self.log) {
+            log.delete(location).await?;
+            self.meta.forget(location.as_ref());
+            return Ok(());
+        }
+        self.barrier_if_needed().await?;
+        bump(&self.counters.deletes, 1);
+        let result = self.capacity.delete(location).await;
+        self.meta.forget(location.as_ref());
+        result
+    }
+}
+
+#[async_trait]
+impl ObjectStore for TieredStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let i = &self.inner;
+        let plain = matches!(opts.mode, PutMode::Overwrite)
+            && opts.attributes.is_empty()
+            && opts.tags.encoded().is_empty();
+        if let (WriteMode::WriteBack, Some(log), true) = (i.options.write_mode, &i.log, plain)
+            && log.accepts(payload.content_length() as u64)
+        {
+            log.put(location, payload.into_iter().collect()).await?;
+            i.meta.forget(location.as_ref());
+            return Ok(PutResult {
+                e_tag: None,
+                version: None,
+                extensions: Default::default(),
+            });
+        }
+        i.put_direct(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.barrier_if_needed().await?;
+        self.inner.meta.forget(location.as_ref());
+        let upload = self
+            .inner
+            .capacity
+            .put_multipart_opts(location, opts)
+            .await?;
+        Ok(Box::new(ForgetOnComplete {
+            upload,
+            meta: self.inner.meta.clone(),
+            location: location.clone(),
+        }))
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let i = &self.inner;
+        if let Some(log) = &i.log
+            && let Some(entry) = log.lookup(location)
+        {
+            if !has_preconditions(&options) {
+                return i.get_pending(location, &entry, &options).await;
+            }
+            // Pending versions have no e_tag to compare; settle them first.
+            log.barrier().await?;
+        }
+        let cache = match &i.cache {
+            Some(cache) if !has_preconditions(&options) => cache,
+            _ => return i.get_capacity(location, options).await,
+        };
+        match i.get_cached(cache, location, &options).await {
+            Err(object_store::Error::Precondition { .. }) => {
+                i.meta.forget(location.as_ref());
+                i.get_cached(cache, location, &options).await
+            }
+            Err(e @ object_store::Error::NotFound { .. }) => {
+                i.meta.forget(location.as_ref());
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        let inner = self.inner.clone();
+        locations
+            .and_then(move |path| {
+                let inner = inner.clone();
+                async move { inner.delete_one(&path).await.map(|()| path) }
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        bump(&self.inner.counters.lists, 1);
+        let listing = self.inner.capacity.list(prefix);
+        self.merge_pending(listing, prefix, None)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        bump(&self.inner.counters.lists, 1);
+        let listing = self.inner.capacity.list_with_offset(prefix, offset);
+        self.merge_pending(listing, prefix, Some(offset))
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        let i = &self.inner;
+        bump(&i.counters.lists, 1);
+        let pending = i
+            .log
+            .as_ref()
+            .map(|l| l.pending_under(prefix))
+            .unwrap_or_default();
+        if pending.iter().any(|(_, e)| e.kind == RecordKind::Delete) {
+            // A pending delete may empty a common prefix; settle it rather than guess.
+            if let Some(log) = &i.log {
+                log.barrier().await?;
+            }
+            return i.capacity.list_with_delimiter(prefix).await;
+        }
+        let mut result = i.capacity.list_with_delimiter(prefix).await?;
+        let base = prefix.map_or(String::new(), |p| format!("{}/", p.as_ref()));
+        for (path, entry) in pending {
+            let Some(rest) = path.strip_prefix(&base) else {
+                continue;
+            };
+            match rest.split_once('/') {
+                Some((dir, _)) => {
+                    let common = Path::parse(format!("{base}{dir}"))
+                        .map_err(|e| object_store::Error::InvalidPath { source: e })?;
+                    if !result.common_prefixes.contains(&common) {
+                        result.common_prefixes.push(common);
+                    }
+                }
+                None => {
+                    let location = Path::parse(&path)
+                        .map_err(|e| object_store::Error::InvalidPath { source: e })?;
+                    result.objects.retain(|o| o.location != location);
+                    result.objects.push(pending_meta(&location, &entry));
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        let i = &self.inner;
+        i.barrier_if_needed().await?;
+        let result = i.capacity.copy_opts(from, to, options).await;
+        i.meta.forget(to.as_ref());
+        result
+    }
+
+    async fn rename_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: RenameOptions,
+    ) -> object_store::Result<()> {
+        let i = &self.inner;
+        i.barrier_if_needed().await?;
+        let result = i.capacity.rename_opts(from, to, options).await;
+        i.meta.forget(from.as_ref());
+        i.meta.forget(to.as_ref());
+        result
+    }
+}
+
+impl TieredStore {
+    /// Hides paths with a pending version from the capacity listing and adds pending puts.
+    fn merge_pending(
+        &self,
+        listing: BoxStream<'static, object_store::Result<ObjectMeta>>,
+        prefix: Option<&Path>,
+        offset: Option<&Path>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let Some(log) = &self.inner.log else {
+            return listing;
+        };
+        let pending = log.pending_under(prefix);
+        if pending.is_empty() {
+            return listing;
+        }
+        let hidden: HashSet<String> = pending.iter().map(|(p, _)| p.clone()).collect();
+        let offset = offset.map(|o| o.as_ref().to_string());
+        let added: Vec<object_store::Result<ObjectMeta>> = pending
+            .into_iter()
+            .filter(|(p, e)| e.kind == RecordKind::Put && offset.as_ref().is_none_or(|o| p > o))
+            .filter_map(|(p, e)| {
+                Path::parse(&p)
+                    .ok()
+                    .map(|location| Ok(pending_meta(&location, &e)))
+            })
+            .collect();
+        listing
+            .try_filter(move |m| futures::future::ready(!hidden.contains(m.location.as_ref())))
+            .chain(stream::iter(added))
+            .boxed()
+    }
+}
+
+/// A multipart upload that drops the path's cached metadata when it completes.
+#[derive(Debug)]
+struct ForgetOnComplete {
+    upload: Box<dyn MultipartUpload>,
+    meta: Arc<MetaCache>,
+    location: Path,
+}
+
+#[async_trait]
+impl MultipartUpload for ForgetOnComplete {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        self.upload.put_part(data)
+    }
+
+    async fn complete(&mut self) -> object_store::Result<PutResult> {
+        let result = self.upload.complete().await;
+        self.meta.forget(self.location.as_ref());
+        result
+    }
+
+    async fn abort(&mut self) -> object_store::Result<()> {
+        self.upload.abort().await
+    }
+}
