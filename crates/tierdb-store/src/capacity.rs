@@ -211,7 +211,24 @@ fn open_s3(
         });
     }
 
-    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    // Client options first: setting them replaces earlier client settings such as allow_http.
+    let client = ClientOptions::new()
+        .with_connect_timeout(options.connect_timeout)
+        .with_timeout(Duration::from_secs(60))
+        .with_allow_http(env("AWS_ALLOW_HTTP").is_some_and(|v| v == "true"));
+    let retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: 4,
+        retry_timeout: options.retry_timeout,
+    };
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_client_options(client)
+        .with_retry(retry);
     if let Some(endpoint) = &endpoint {
         let parsed = url::Url::parse(endpoint).map_err(|e| Error::InvalidOption {
             option: "endpoint",
@@ -245,26 +262,10 @@ fn open_s3(
     if let Some(allow) = s3.allow_http {
         builder = builder.with_allow_http(allow);
     }
-    let client = ClientOptions::new()
-        .with_connect_timeout(options.connect_timeout)
-        .with_timeout(Duration::from_secs(60));
-    let retry = RetryConfig {
-        backoff: BackoffConfig {
-            init_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_secs(2),
-            base: 2.0,
-        },
-        max_retries: 4,
-        retry_timeout: options.retry_timeout,
-    };
-    let s3_store = builder
-        .with_client_options(client)
-        .with_retry(retry)
-        .build()
-        .map_err(|source| Error::InvalidOption {
-            option: "s3",
-            reason: format!("cannot configure {url}: {source}"),
-        })?;
+    let s3_store = builder.build().map_err(|source| Error::InvalidOption {
+        option: "s3",
+        reason: format!("cannot configure {url}: {source}"),
+    })?;
     if prefix.is_empty() {
         Ok(Arc::new(s3_store))
     } else {
