@@ -1,1 +1,304 @@
+//! Write-back log tests: replay, damage handling, clean marks, backpressure and grouping.
+//! The real-process crash test (SIGKILL) is in `tierdb-cli/tests/cli_writeback_crash.rs`.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use super::recovery::{list_segments, segment_path};
+use super::*;
+use crate::fault::{FaultConfig, FaultStore};
+
+fn options() -> LogOptions {
+    LogOptions {
+        segment_bytes_max: 1 << 20,
+        dirty_bytes_max: 64 << 20,
+        upload_concurrency: 4,
+        upload_attempts_max: 3,
+    }
+}
+
+fn noop() -> OnUploaded {
+    Arc::new(|_| {})
+}
+
+/// A capacity store that refuses every request until healed.
+fn broken(inner: Arc<dyn ObjectStore>) -> Arc<FaultStore> {
+    Arc::new(FaultStore::new(
+        inner,
+        FaultConfig {
+            error_before: 1.0,
+            ..Default::default()
+        },
+        1,
+    ))
+}
+
+async fn read_all(log: &WbLog, path: &Path) -> Option<Bytes> {
+    let entry = log.lookup(path)?;
+    Some(log.read(&entry, 0..entry.payload_len).await.unwrap())
+}
+
+#[tokio::test]
+async fn acknowledged_writes_survive_reopen_and_are_uploaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faulty = broken(capacity.clone());
+    let log = WbLog::open(dir.path(), options(), faulty.clone(), noop()).unwrap();
+    for i in 0..20u32 {
+        log.put(
+            &Path::from(format!("k{i}")),
+            vec![Bytes::from(vec![i as u8; 1000])],
+        )
+        .await
+        .unwrap();
+    }
+    log.delete(&Path::from("k3")).await.unwrap();
+    assert_eq!(
+        read_all(&log, &Path::from("k5")).await.unwrap(),
+        vec![5u8; 1000]
+    );
+    assert_eq!(log.stats().pending_objects, 20);
+    // Simulate a crash: drop without closing (uploads never happened).
+    drop(log);
+
+    let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
+    assert_eq!(
+        log.lookup(&Path::from("k3")).unwrap().kind,
+        RecordKind::Delete
+    );
+    log.barrier().await.unwrap();
+    for i in 0..20u32 {
+        let got = capacity.get(&Path::from(format!("k{i}"))).await;
+        if i == 3 {
+            assert!(matches!(got, Err(object_store::Error::NotFound { .. })));
+        } else {
+            assert_eq!(got.unwrap().bytes().await.unwrap(), vec![i as u8; 1000]);
+        }
+    }
+    assert_eq!(log.stats().dirty_bytes, 0);
+    assert_eq!(log.stats().pending_objects, 0);
+    log.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn torn_tail_is_cut_and_earlier_records_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity = broken(Arc::new(InMemory::new()));
+    let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
+    log.put(&Path::from("a"), vec![Bytes::from_static(b"first")])
+        .await
+        .unwrap();
+    log.put(&Path::from("b"), vec![Bytes::from_static(b"second")])
+        .await
+        .unwrap();
+    drop(log);
+    // Half a record at the end: what a crash during an unacknowledged append leaves.
+    let seg = segment_path(
+        dir.path(),
+        *list_segments(dir.path()).unwrap().last().unwrap(),
+    );
+    let before = std::fs::metadata(&seg).unwrap().len();
+    let partial = format_v1::encode_head(
+        RecordKind::Put,
+        99,
+        0,
+        "c",
+        &[Bytes::from_static(b"never acked")],
+    );
+    std::fs::write(
+        &seg,
+        [std::fs::read(&seg).unwrap(), partial[..30].to_vec()].concat(),
+    )
+    .unwrap();
+
+    let log = WbLog::open(dir.path(), options(), capacity, noop()).unwrap();
+    assert_eq!(
+        read_all(&log, &Path::from("a")).await.unwrap(),
+        Bytes::from_static(b"first")
+    );
+    assert_eq!(
+        read_all(&log, &Path::from("b")).await.unwrap(),
+        Bytes::from_static(b"second")
+    );
+    assert!(log.lookup(&Path::from("c")).is_none());
+    assert_eq!(
+        std::fs::metadata(&seg).unwrap().len(),
+        before,
+        "the torn tail is cut off"
+    );
+    // New appends after the cut work and replay again.
+    log.put(&Path::from("d"), vec![Bytes::from_static(b"after")])
+        .await
+        .unwrap();
+    drop(log);
+    let log = WbLog::open(
+        dir.path(),
+        options(),
+        broken(Arc::new(InMemory::new())),
+        noop(),
+    )
+    .unwrap();
+    assert_eq!(
+        read_all(&log, &Path::from("d")).await.unwrap(),
+        Bytes::from_static(b"after")
+    );
+}
+
+#[tokio::test]
+async fn damage_before_the_newest_segment_refuses_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity = broken(Arc::new(InMemory::new()));
+    let small = LogOptions {
+        segment_bytes_max: 100,
+        ..options()
+    };
+    let log = WbLog::open(dir.path(), small.clone(), capacity.clone(), noop()).unwrap();
+    for i in 0..5 {
+        log.put(
+            &Path::from(format!("p{i}")),
+            vec![Bytes::from(vec![1u8; 200])],
+        )
+        .await
+        .unwrap();
+    }
+    drop(log);
+    let segments = list_segments(dir.path()).unwrap();
+    assert!(segments.len() >= 3, "small segments roll: {segments:?}");
+    let victim = segment_path(dir.path(), segments[0]);
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[100] ^= 0xff; // flip a payload byte of an acknowledged record
+    std::fs::write(&victim, &bytes).unwrap();
+    let err = WbLog::open(dir.path(), small, capacity, noop()).unwrap_err();
+    assert!(matches!(err, Error::LogCorrupt { .. }), "{err}");
+    assert!(err.to_string().contains("CRC mismatch"), "{err}");
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        bytes,
+        "nothing is rewritten"
+    );
+}
+
+#[tokio::test]
+async fn clean_mark_keeps_replay_from_undoing_a_direct_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
+    let path = Path::from("manifest");
+    log.put(&path, vec![Bytes::from_static(b"old")])
+        .await
+        .unwrap();
+    log.barrier().await.unwrap();
+    assert!(!log.needs_barrier());
+    // A direct write after the barrier (what a conditional put does).
+    capacity
+        .put(&path, PutPayload::from_static(b"new"))
+        .await
+        .unwrap();
+    drop(log); // crash: the segment holding "old" is still on disk (it is the active one)
+    let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
+    assert!(
+        log.lookup(&path).is_none(),
+        "the uploaded record is not replayed"
+    );
+    log.barrier().await.unwrap();
+    assert_eq!(
+        capacity.get(&path).await.unwrap().bytes().await.unwrap(),
+        Bytes::from_static(b"new")
+    );
+}
+
+#[tokio::test]
+async fn writers_wait_at_the_dirty_cap_and_flush_reports_failing_uploads() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let capacity = broken(inner.clone());
+    let capped = LogOptions {
+        dirty_bytes_max: 3000,
+        ..options()
+    };
+    let log = WbLog::open(dir.path(), capped, capacity.clone(), noop()).unwrap();
+    assert!(log.accepts(1500) && !log.accepts(1501));
+    log.put(&Path::from("a"), vec![Bytes::from(vec![0u8; 1500])])
+        .await
+        .unwrap();
+    log.put(&Path::from("b"), vec![Bytes::from(vec![0u8; 1500])])
+        .await
+        .unwrap();
+    // The cap is reached: a third writer waits while uploads fail.
+    let c = Path::from("c");
+    let third = log.put(&c, vec![Bytes::from(vec![0u8; 1000])]);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), third)
+            .await
+            .is_err(),
+        "writer must wait"
+    );
+    let err = log.barrier().await.unwrap_err();
+    assert!(matches!(err, Error::UploadFailing { .. }), "{err}");
+    assert!(log.stats().upload_errors >= 3);
+    // Heal: uploads go through, the writer proceeds, nothing is lost.
+    capacity.set_config(FaultConfig::default());
+    log.put(&Path::from("c"), vec![Bytes::from(vec![2u8; 1000])])
+        .await
+        .unwrap();
+    log.barrier().await.unwrap();
+    for p in ["a", "b", "c"] {
+        inner.head(&Path::from(p)).await.unwrap();
+    }
+    assert_eq!(log.stats().dirty_bytes, 0);
+    log.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_share_fsyncs_and_newest_version_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..16u32 {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move {
+            for v in 0..25u32 {
+                log.put(
+                    &Path::from(format!("w{w}")),
+                    vec![Bytes::from(format!("{w}:{v}"))],
+                )
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let stats = log.stats();
+    assert!(
+        stats.appends >= 400,
+        "400 puts plus any clean marks: {stats:?}"
+    );
+    assert!(
+        stats.group_commits < stats.appends,
+        "group commit shares fsyncs: {stats:?}"
+    );
+    log.barrier().await.unwrap();
+    for w in 0..16u32 {
+        let got = capacity
+            .get(&Path::from(format!("w{w}")))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(got, Bytes::from(format!("{w}:24")));
+    }
+    log.close().await.unwrap();
+    // Everything uploaded and marked clean: reopening replays nothing.
+    let log = WbLog::open(dir.path(), options(), capacity, noop()).unwrap();
+    assert_eq!(log.stats().pending_objects, 0);
+    assert!(!log.needs_barrier());
+}
