@@ -1,1 +1,15 @@
-//! placeholder
+//! # tierdb-bench: workloads, the cache trace simulator and benchmarks
+//!
+//! Used by `tierdb bench …`. Benchmarks print what they measured and ratios against a peer
+//! measured in the same run; they never assert speed. Results are also written as CSV and,
+//! where a picture says more, a PNG.
+//!
+//! - [`zipf`]: seeded Zipfian key sequences;
+//! - [`sim`]: replays a key trace against foyer's eviction policies and Belady's OPT;
+//! - [`cache_bench`]: `tierdb bench cache`;
+//! - [`plot`]: PNG plots.
+
+pub mod cache_bench;
+pub mod plot;
+pub mod sim;
+pub mod zipf;
