@@ -147,3 +147,41 @@ impl Default for TierOptions {
         }
     }
 }
+
+impl TierOptions {
+    /// Checks the settings before anything is opened or created.
+    pub fn validate(&self) -> crate::Result<()> {
+        let options = self;
+        let bad = |option, reason: &str| {
+            Err(crate::Error::InvalidOption {
+                option,
+                reason: reason.into(),
+            })
+        };
+        if options.block_bytes == 0 || options.block_bytes > 64 << 20 {
+            return bad("block_bytes", "must be between 1 byte and 64 MiB");
+        }
+        if options.cache_dir.is_none() && options.cache_bytes > 0 {
+            return bad("cache_bytes", "a device tier needs --cache-dir");
+        }
+        if options.cache_dir.is_none() && options.write_mode == WriteMode::WriteBack {
+            return bad(
+                "write_mode",
+                "write-back needs --cache-dir on a fast device for its log",
+            );
+        }
+        if options.write_mode == WriteMode::WriteBack && options.dirty_bytes_max < 2 {
+            return bad(
+                "dirty_bytes_max",
+                "write-back needs a dirty-byte cap of at least 2 bytes",
+            );
+        }
+        if options.cache_bytes > 0 && options.cache_bytes < 4 * options.block_bytes.max(1 << 20) {
+            return bad(
+                "cache_bytes",
+                "the device tier needs at least 4 MiB (and 4 blocks)",
+            );
+        }
+        Ok(())
+    }
+}

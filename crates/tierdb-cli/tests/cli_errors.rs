@@ -1,0 +1,261 @@
+//! Bad input gets one clear line naming the problem and the fix, a non-zero exit, and
+//! nothing written. Each case runs the real `tierdb` binary.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Command, Output};
+
+fn tierdb(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tierdb"));
+    cmd.args(args);
+    for key in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT",
+        "AWS_REGION",
+        "TIERDB_CACHE_DIR",
+    ] {
+        cmd.env_remove(key);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// Asserts failure with exactly one error line containing every `needle`.
+fn assert_clear_error(out: &Output, needles: &[&str]) {
+    assert!(!out.status.success(), "must fail: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "one error line, got: {stderr}");
+    for needle in needles {
+        assert!(
+            errors[0].contains(needle),
+            "{needle:?} missing from: {}",
+            errors[0]
+        );
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn unknown_scheme() {
+    let out = tierdb(&["store", "ls", "gs://bucket/x"], &[]);
+    assert_clear_error(&out, &["unknown scheme \"gs\"", "s3://bucket/prefix"]);
+}
+
+#[test]
+fn missing_credentials() {
+    let out = tierdb(
+        &["store", "ls", "s3://bucket/x"],
+        &[("AWS_ENDPOINT_URL", "http://127.0.0.1:9")],
+    );
+    assert_clear_error(&out, &["no credentials", "AWS_ACCESS_KEY_ID"]);
+}
+
+#[test]
+fn unreachable_endpoint() {
+    // Port 9 (discard) on loopback has no listener here.
+    let env = [
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+        ("AWS_ACCESS_KEY_ID", "k"),
+        ("AWS_SECRET_ACCESS_KEY", "s"),
+    ];
+    let out = tierdb(&["store", "ls", "s3://bucket/x"], &env);
+    assert_clear_error(&out, &["cannot connect", "AWS_ENDPOINT_URL"]);
+}
+
+#[test]
+fn missing_database_directory_is_not_created_by_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("absent");
+    let out = tierdb(&["store", "get", db.to_str().unwrap(), "k"], &[]);
+    assert_clear_error(&out, &["does not exist"]);
+    assert!(!db.exists());
+}
+
+#[test]
+fn unwritable_cache_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let cache = file.join("cache"); // a directory below a regular file cannot exist
+    let out = tierdb(
+        &[
+            "store",
+            "ls",
+            db.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        &[],
+    );
+    std::fs::create_dir_all(&db).unwrap();
+    let out2 = tierdb(
+        &[
+            "store",
+            "ls",
+            db.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    assert_clear_error(&out2, &["cache directory", "--cache-dir"]);
+}
+
+#[test]
+fn write_back_without_a_cache_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let out = tierdb(
+        &[
+            "store",
+            "put",
+            db.to_str().unwrap(),
+            "k",
+            "/dev/null",
+            "--write-mode",
+            "write-back",
+        ],
+        &[],
+    );
+    assert_clear_error(&out, &["write-back needs --cache-dir"]);
+    assert!(!db.exists(), "nothing created");
+}
+
+#[test]
+fn a_cache_directory_holding_unflushed_writes_is_not_handed_to_another_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let db_a = tmp.path().join("a");
+    let db_b = tmp.path().join("b");
+    std::fs::create_dir_all(&db_b).unwrap();
+    // Leave unflushed data: the capacity store of A disappears before the drain.
+    let input = tmp.path().join("input");
+    std::fs::write(&input, b"precious").unwrap();
+    let put = tierdb(
+        &[
+            "store",
+            "put",
+            db_a.to_str().unwrap(),
+            "k",
+            input.to_str().unwrap(),
+            "--write-mode",
+            "write-back",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(put.status.success(), "{put:?}");
+    // A clean directory may change owner...
+    let ok = tierdb(
+        &[
+            "store",
+            "ls",
+            db_b.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(ok.status.success(), "{ok:?}");
+    // ...and one holding dirty data may not. Write without draining by killing the writer.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tierdb"))
+        .args([
+            "debug",
+            "write-stream",
+            db_a.to_str().unwrap(),
+            "--count",
+            "1000000",
+            "--write-mode",
+            "write-back",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let refused = tierdb(
+        &[
+            "store",
+            "ls",
+            db_b.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_clear_error(&refused, &["unflushed writes", "open it with"]);
+    // The owner can still open it, and the acknowledged object is there.
+    let get = tierdb(
+        &[
+            "store",
+            "get",
+            db_a.to_str().unwrap(),
+            "k0",
+            "--write-mode",
+            "write-back",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(get.status.success(), "{get:?}");
+    assert!(String::from_utf8_lossy(&get.stdout).starts_with("object 0 of the write stream"));
+}
+
+#[test]
+fn put_get_ls_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let input = tmp.path().join("in");
+    std::fs::write(&input, b"hello tierdb").unwrap();
+    let d = db.to_str().unwrap();
+    assert!(
+        tierdb(
+            &["store", "put", d, "dir/hello", input.to_str().unwrap()],
+            &[]
+        )
+        .status
+        .success()
+    );
+    let out = tmp.path().join("out");
+    let get = tierdb(
+        &["store", "get", d, "dir/hello", "-o", out.to_str().unwrap()],
+        &[],
+    );
+    assert!(get.status.success(), "{get:?}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"hello tierdb");
+    let ls = tierdb(&["store", "ls", d, "dir"], &[]);
+    assert!(String::from_utf8_lossy(&ls.stdout).contains("dir/hello"));
+    let missing = tierdb(
+        &[
+            "store",
+            "get",
+            d,
+            "dir/nope",
+            "-o",
+            tmp.path().join("x").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_clear_error(&missing, &["cannot get dir/nope"]);
+    assert!(
+        !tmp.path().join("x").exists(),
+        "no output file for a failed get"
+    );
+}
