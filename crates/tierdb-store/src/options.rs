@@ -70,7 +70,7 @@ impl Eviction {
             Eviction::Lfu => foyer::LfuConfig::default().into(),
             Eviction::Fifo => foyer::FifoConfig::default().into(),
             Eviction::S3Fifo => foyer::S3FifoConfig::default().into(),
-            Eviction::Sieve => foyer::SieveConfig::default().into(),
+            Eviction::Sieve => foyer::SieveConfig {}.into(),
         }
     }
 }
