@@ -108,6 +108,18 @@ pub enum Error {
     #[error("the tiered store is closed")]
     Closed,
 
+    /// A create-if-absent found the path already there (in the write-back log).
+    #[error("{path} already exists")]
+    AlreadyExists { path: String },
+
+    /// A logged create in this directory lost to another writer's object: this process is
+    /// no longer the directory's writer.
+    #[error(
+        "fenced: another writer owns {path}'s directory ({reason}); this writer's unuploaded \
+         creates there were discarded; reopen the database to continue as its writer"
+    )]
+    Fenced { path: String, reason: String },
+
     /// A foyer cache operation failed.
     #[error("cache: {0}")]
     Cache(String),
@@ -120,7 +132,8 @@ impl Error {
             Error::InvalidUrl { .. }
             | Error::InvalidOption { .. }
             | Error::CacheDirLocked { .. }
-            | Error::CacheDirOwnedByOther { .. } => ErrorKind::Input,
+            | Error::CacheDirOwnedByOther { .. }
+            | Error::AlreadyExists { .. } => ErrorKind::Input,
             Error::Store { source, .. } => match source {
                 object_store::Error::NotFound { .. }
                 | object_store::Error::AlreadyExists { .. }
@@ -136,7 +149,9 @@ impl Error {
             },
             Error::Io { .. } | Error::UploadFailing { .. } | Error::Cache(_) => ErrorKind::Retry,
             Error::LogCorrupt { .. } => ErrorKind::Data,
-            Error::LogPoisoned { .. } | Error::Closed => ErrorKind::Poisoned,
+            Error::LogPoisoned { .. } | Error::Closed | Error::Fenced { .. } => {
+                ErrorKind::Poisoned
+            }
         }
     }
 
@@ -157,6 +172,18 @@ impl From<Error> for object_store::Error {
         match err {
             // Keep the capacity store's own error so callers can match NotFound, Precondition...
             Error::Store { source, .. } => source,
+            // Both read as "already exists" to a writer using PutMode::Create; SlateDB, for
+            // one, takes that as being fenced.
+            e @ (Error::AlreadyExists { .. } | Error::Fenced { .. }) => {
+                let path = match &e {
+                    Error::AlreadyExists { path } | Error::Fenced { path, .. } => path.clone(),
+                    _ => String::new(),
+                };
+                object_store::Error::AlreadyExists {
+                    path,
+                    source: Box::new(e),
+                }
+            }
             other => object_store::Error::Generic {
                 store: STORE_NAME,
                 source: Box::new(other),

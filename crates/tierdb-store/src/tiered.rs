@@ -48,7 +48,7 @@ use object_store::{
 
 use crate::cachedir::CacheDir;
 use crate::capacity::{CapacityOptions, StoreUrl, open_capacity};
-use crate::error::{Result, STORE_NAME};
+use crate::error::{Error, Result, STORE_NAME};
 use crate::meta::MetaCache;
 use crate::options::{TierOptions, WriteMode};
 use crate::readcache::admission::{AdmissionPolicy, SequentialCutoff};
@@ -75,6 +75,9 @@ struct Inner {
     meta: Arc<MetaCache>,
     log: Option<Arc<WbLog>>,
     counters: CapacityCounters,
+    /// Directories whose `PutMode::Create` puts go through the write-back log
+    /// (see [`TieredStore::log_creates_in`]).
+    logged_create_dirs: parking_lot::RwLock<Vec<String>>,
     _cache_dir: Option<CacheDir>,
 }
 
@@ -155,6 +158,7 @@ impl TieredStore {
                 meta,
                 log,
                 counters: CapacityCounters::default(),
+                logged_create_dirs: parking_lot::RwLock::new(Vec::new()),
                 _cache_dir: cache_dir,
             }),
         })
@@ -167,6 +171,40 @@ impl TieredStore {
 
     pub fn options(&self) -> &TierOptions {
         &self.inner.options
+    }
+
+    /// In write-back mode, lets create-if-absent puts (`PutMode::Create`) of objects directly
+    /// in `dir` go through the write-back log, acknowledged at device latency, instead of
+    /// draining the log and going to the capacity store.
+    ///
+    /// The existence check then covers this process's log and what it knows of the capacity
+    /// store; a conflict with another process is found when the create is uploaded (in log
+    /// order, as a conditional create): the directory is then fenced, its pending creates
+    /// are discarded and every later create there fails with `AlreadyExists`. Use it only for
+    /// a directory with one writer that treats `AlreadyExists` as being fenced, after that
+    /// writer has claimed the directory with a direct create (SlateDB's WAL, after open).
+    /// Attributes on such puts are not kept (SlateDB's are retry markers). Without a log it
+    /// does nothing.
+    pub fn log_creates_in(&self, dir: &Path) {
+        if self.inner.log.is_some() && self.inner.options.write_mode == WriteMode::WriteBack {
+            let mut dirs = self.inner.logged_create_dirs.write();
+            if !dirs.iter().any(|d| d == dir.as_ref()) {
+                dirs.push(dir.as_ref().to_string());
+            }
+        }
+    }
+
+    /// Stops logging creates in `dir` (see [`TieredStore::log_creates_in`]).
+    pub fn stop_logging_creates_in(&self, dir: &Path) {
+        self.inner
+            .logged_create_dirs
+            .write()
+            .retain(|d| d != dir.as_ref());
+    }
+
+    /// Why creates in `dir` are refused, if a logged create there lost to another writer.
+    pub fn fenced(&self, dir: &Path) -> Option<String> {
+        self.inner.log.as_ref().and_then(|l| l.fenced(dir.as_ref()))
     }
 
     /// Waits until every write acknowledged so far is in the capacity store.
@@ -341,6 +379,10 @@ fn not_found(path: &Path) -> object_store::Error {
 }
 
 impl Inner {
+    fn logs_creates_in(&self, dir: &str) -> bool {
+        self.logged_create_dirs.read().iter().any(|d| d == dir)
+    }
+
     fn log_needs_barrier(&self) -> Option<&WbLog> {
         self.log.as_deref().filter(|l| l.needs_barrier())
     }
@@ -631,6 +673,25 @@ impl ObjectStore for TieredStore {
                 extensions: Default::default(),
             });
         }
+        if let (PutMode::Create, Some(log)) = (&opts.mode, &i.log)
+            && opts.tags.encoded().is_empty()
+            && log.accepts(payload.content_length() as u64)
+            && i.logs_creates_in(crate::wblog::parent_dir(location.as_ref()))
+        {
+            if i.meta.get(location.as_ref()).is_some() {
+                return Err(Error::AlreadyExists {
+                    path: location.to_string(),
+                }
+                .into());
+            }
+            log.put_create(location, payload.into_iter().collect())
+                .await?;
+            return Ok(PutResult {
+                e_tag: None,
+                version: None,
+                extensions: Default::default(),
+            });
+        }
         i.put_direct(location, payload, opts).await
     }
 
@@ -801,7 +862,7 @@ impl TieredStore {
         let offset = offset.map(|o| o.as_ref().to_string());
         let added: Vec<object_store::Result<ObjectMeta>> = pending
             .into_iter()
-            .filter(|(p, e)| e.kind == RecordKind::Put && offset.as_ref().is_none_or(|o| p > o))
+            .filter(|(p, e)| e.kind != RecordKind::Delete && offset.as_ref().is_none_or(|o| p > o))
             .filter_map(|(p, e)| {
                 Path::parse(&p)
                     .ok()

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutOptions, PutPayload, PutResult};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
@@ -66,7 +66,13 @@ pub(crate) async fn run(mut ctx: CleanerCtx) {
         if running.is_empty() {
             write_clean_mark_if_idle(&ctx).await;
         }
-        let next_retry = ctx.shared.state.lock().retry.iter().map(|(t, _)| *t).min();
+        let next_retry = {
+            let state = ctx.shared.state.lock();
+            let create_retry = state
+                .create_not_before
+                .filter(|_| !state.creates.is_empty());
+            state.retry.iter().map(|(t, _)| *t).chain(create_retry).min()
+        };
         let retry_sleep = next_retry.map_or(Duration::from_secs(3600), |t| {
             t.saturating_duration_since(Instant::now())
         });
@@ -101,15 +107,50 @@ fn next_job(shared: &Shared) -> Option<Job> {
     for (_, path) in due {
         state.ready.push_back(path);
     }
+    if let Some(job) = next_create(&mut state, now) {
+        return Some(job);
+    }
     while let Some(path) = state.ready.pop_front() {
         let Some(ps) = state.index.get_mut(&path) else {
             continue;
         };
-        if ps.in_flight.is_some() {
+        if ps.in_flight.is_some() || ps.latest.kind == RecordKind::Create {
+            // A create is uploaded from `creates`, in log order (see `next_create`).
             continue;
         }
         ps.in_flight = Some(ps.latest.seq);
         let entry = ps.latest.clone();
+        return Some(Job { path, entry });
+    }
+    None
+}
+
+/// The oldest pending create, if no create is in flight: creates reach the capacity store
+/// one at a time and in log order, so a writer that lost a race for one path never gets a
+/// later create of its own in after the winner's.
+fn next_create(state: &mut super::State, now: Instant) -> Option<Job> {
+    if state.create_in_flight || state.create_not_before.is_some_and(|t| t > now) {
+        return None;
+    }
+    while let Some((&seq, path)) = state.creates.first_key_value() {
+        let path = path.clone();
+        let current = state
+            .index
+            .get(&path)
+            .filter(|ps| ps.latest.seq == seq && ps.latest.kind == RecordKind::Create);
+        let Some(ps) = current else {
+            // Superseded by a later put or delete of the path: that one is uploaded instead.
+            state.creates.remove(&seq);
+            continue;
+        };
+        if ps.in_flight.is_some() {
+            return None;
+        }
+        let entry = ps.latest.clone();
+        if let Some(ps) = state.index.get_mut(&path) {
+            ps.in_flight = Some(seq);
+        }
+        state.create_in_flight = true;
         return Some(Job { path, entry });
     }
     None
@@ -146,14 +187,34 @@ async fn upload(
                 store: "tierdb",
                 source: Box::new(e),
             })?;
-            let result = capacity
-                .put_opts(
-                    &location,
-                    PutPayload::from(payload.clone()),
-                    PutOptions::default(),
-                )
-                .await?;
-            Ok(Some((result, payload)))
+            let create = job.entry.kind == RecordKind::Create;
+            let opts = if create {
+                PutOptions::from(PutMode::Create)
+            } else {
+                PutOptions::default()
+            };
+            match capacity
+                .put_opts(&location, PutPayload::from(payload.clone()), opts)
+                .await
+            {
+                Ok(result) => Ok(Some((result, payload))),
+                Err(object_store::Error::AlreadyExists { path, source }) if create => {
+                    // Our own earlier attempt may have landed before its reply was lost.
+                    let existing = capacity.get(&location).await?;
+                    let meta = existing.meta.clone();
+                    if existing.bytes().await? == payload {
+                        let result = PutResult {
+                            e_tag: meta.e_tag,
+                            version: meta.version,
+                            extensions: Default::default(),
+                        };
+                        Ok(Some((result, payload)))
+                    } else {
+                        Err(object_store::Error::AlreadyExists { path, source })
+                    }
+                }
+                Err(e) => Err(e),
+            }
         }
     }
 }
@@ -162,6 +223,21 @@ fn finish(ctx: &CleanerCtx, job: Job, result: object_store::Result<Option<(PutRe
     let shared = &ctx.shared;
     let seq = job.entry.seq;
     let mut state = shared.state.lock();
+    let create = job.entry.kind == RecordKind::Create;
+    if create {
+        state.create_in_flight = false;
+        match &result {
+            Ok(_) => {
+                state.creates.remove(&seq);
+                state.create_not_before = None;
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                lose_create_race(shared, &mut state, &job);
+                return;
+            }
+            Err(_) => {}
+        }
+    }
     match result {
         Ok(put) => {
             state.attempts.remove(&job.path);
@@ -224,9 +300,50 @@ fn finish(ctx: &CleanerCtx, job: Job, result: object_store::Result<Option<(PutRe
             let backoff = BACKOFF_MIN
                 .saturating_mul(1 << attempts.min(16))
                 .min(BACKOFF_MAX);
-            state.retry.push((Instant::now() + backoff, job.path));
+            if create {
+                state.create_not_before = Some(Instant::now() + backoff);
+            } else {
+                state.retry.push((Instant::now() + backoff, job.path));
+            }
         }
     }
+}
+
+/// A logged create found another writer's object at its path: this process no longer
+/// writes that directory. Its pending creates there can never be uploaded without mixing
+/// two writers' histories, so they are discarded (they are released from the log), and
+/// the directory is fenced so that further creates fail at once.
+fn lose_create_race(shared: &Shared, state: &mut super::State, job: &Job) {
+    let dir = super::parent_dir(&job.path).to_string();
+    let reason = format!("{} was created by another writer", job.path);
+    tracing::error!(dir = %dir, path = %job.path, "write-back create lost to another writer; fencing the directory");
+    let discarded: Vec<(u64, String)> = state
+        .creates
+        .iter()
+        .filter(|(_, p)| super::parent_dir(p) == dir)
+        .map(|(s, p)| (*s, p.clone()))
+        .collect();
+    for (seq, path) in discarded {
+        state.creates.remove(&seq);
+        let current = state.index.get(&path).is_some_and(|ps| ps.latest.seq == seq);
+        if current {
+            state.index.remove(&path);
+        }
+        state.done(shared, seq);
+        shared.stats.discarded_creates.fetch_add(1, Ordering::Relaxed);
+    }
+    let superseded = state
+        .index
+        .get_mut(&job.path)
+        .filter(|ps| ps.in_flight == Some(job.entry.seq));
+    if let Some(ps) = superseded {
+        // A later put or delete of the path replaced the create while it was in flight.
+        ps.in_flight = None;
+        state.ready.push_back(job.path.clone());
+    }
+    state.attempts.remove(&job.path);
+    state.fenced.insert(dir, reason);
+    state.publish_status(shared);
 }
 
 /// Deletes log segments whose records are all uploaded, oldest first.

@@ -5,7 +5,7 @@
 //! ```text
 //! offset size  field
 //!      0    4  magic "TWB1"
-//!      4    1  kind: 1 = put, 2 = delete, 3 = clean mark
+//!      4    1  kind: 1 = put, 2 = delete, 3 = clean mark, 4 = create (put if absent)
 //!      5    3  zero
 //!      8    8  seq: position in the log, strictly increasing
 //!     16    8  put time, milliseconds since the Unix epoch; for a clean mark: `clean_upto`
@@ -29,6 +29,10 @@ pub enum RecordKind {
     Delete = 2,
     /// Every record with `seq <= clean_upto` is in the capacity store: replay skips it.
     Clean = 3,
+    /// A put that must not replace an existing object (`PutMode::Create`). It is uploaded
+    /// as a conditional create, in log order after every earlier create; if the capacity
+    /// store already holds different bytes under the path, another writer got there first.
+    Create = 4,
 }
 
 /// The fixed part of a record, decoded.
@@ -104,6 +108,7 @@ pub fn decode_header(buf: &[u8; HEADER_BYTES]) -> Result<Header, HeaderError> {
         1 => RecordKind::Put,
         2 => RecordKind::Delete,
         3 => RecordKind::Clean,
+        4 => RecordKind::Create,
         k => return Err(HeaderError::BadKind(k)),
     };
     let u64_at = |at: usize| {

@@ -115,6 +115,19 @@ pub(crate) struct State {
     /// Permits owed after replaying more dirty bytes than the current cap allows.
     debt: u64,
     failing: Option<(String, u32, String)>,
+    /// Pending create records in log order (seq -> path); uploaded one at a time, in order.
+    creates: BTreeMap<u64, String>,
+    create_in_flight: bool,
+    /// No create upload starts before this instant (backoff after a failed one).
+    create_not_before: Option<Instant>,
+    /// Directories where a logged create lost to another writer's object: further creates
+    /// there are refused, and their pending creates were discarded. Value: the reason.
+    fenced: BTreeMap<String, String>,
+}
+
+/// The directory part of an object path (`a/b/c` -> `a/b`).
+pub(crate) fn parent_dir(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(dir, _)| dir)
 }
 
 impl State {
@@ -176,8 +189,13 @@ impl State {
         if let Some(seg) = self.segments.get_mut(&entry.segment.id) {
             seg.outstanding += 1;
         }
+        if entry.kind == RecordKind::Create {
+            // Creates are not in `ready`: the cleaner takes them from `creates`, in order.
+            self.creates.insert(entry.seq, path.to_string());
+        }
         match self.index.get_mut(path) {
             None => {
+                let create = entry.kind == RecordKind::Create;
                 self.index.insert(
                     path.to_string(),
                     PathState {
@@ -185,7 +203,9 @@ impl State {
                         in_flight: None,
                     },
                 );
-                self.ready.push_back(path.to_string());
+                if !create {
+                    self.ready.push_back(path.to_string());
+                }
             }
             Some(state) => {
                 let old = std::mem::replace(&mut state.latest, entry);
@@ -245,6 +265,7 @@ pub(crate) struct LogCounters {
     uploaded_objects: AtomicU64,
     uploaded_bytes: AtomicU64,
     upload_errors: AtomicU64,
+    discarded_creates: AtomicU64,
 }
 
 impl LogCounters {
@@ -276,6 +297,8 @@ pub struct WriteBackStats {
     pub uploaded_objects: u64,
     pub uploaded_bytes: u64,
     pub upload_errors: u64,
+    /// Logged creates discarded because another writer created the path first (fencing).
+    pub discarded_creates: u64,
     pub appends: u64,
     /// fdatasync calls; `appends / group_commits` is the mean group size.
     pub group_commits: u64,
@@ -305,6 +328,8 @@ pub(crate) struct WbLog {
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     cleaner: Mutex<Option<tokio::task::JoinHandle<()>>>,
     shutdown: watch::Sender<bool>,
+    /// Serializes [`WbLog::put_create`]'s check-then-append.
+    create_lock: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for WbLog {
@@ -422,6 +447,7 @@ impl WbLog {
             writer: Mutex::new(Some(writer)),
             cleaner: Mutex::new(Some(cleaner)),
             shutdown,
+            create_lock: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -443,6 +469,51 @@ impl WbLog {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Logs a put that must not replace an existing object (`PutMode::Create`).
+    ///
+    /// The check is local: the path must have no pending version in this log and its
+    /// directory must not be fenced. Whether the capacity store already holds the path is
+    /// settled when the record is uploaded (as a conditional create, in log order): if it
+    /// holds different bytes, another writer won, the directory is fenced and every pending
+    /// create in it is discarded. See docs/design/kv.md for why this keeps SlateDB's fencing.
+    pub async fn put_create(&self, path: &Path, payload: Vec<Bytes>) -> Result<()> {
+        let len: u64 = payload.iter().map(|b| b.len() as u64).sum();
+        debug_assert!(self.accepts(len));
+        let _one_at_a_time = self.create_lock.lock().await;
+        {
+            let state = self.shared.state.lock();
+            if let Some(reason) = state.fenced.get(parent_dir(path.as_ref())) {
+                return Err(Error::Fenced {
+                    path: path.to_string(),
+                    reason: reason.clone(),
+                });
+            }
+            if state
+                .index
+                .get(path.as_ref())
+                .is_some_and(|s| s.latest.kind != RecordKind::Delete)
+            {
+                return Err(Error::AlreadyExists {
+                    path: path.to_string(),
+                });
+            }
+        }
+        self.append(
+            RecordKind::Create,
+            path.as_ref().to_string(),
+            payload,
+            now_ms(),
+            len,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Whether logged creates in `dir` lost to another writer (see [`WbLog::put_create`]).
+    pub fn fenced(&self, dir: &str) -> Option<String> {
+        self.shared.state.lock().fenced.get(dir).cloned()
     }
 
     pub async fn delete(&self, path: &Path) -> Result<()> {
@@ -607,6 +678,7 @@ impl WbLog {
             uploaded_objects: c.uploaded_objects.load(Ordering::Relaxed),
             uploaded_bytes: c.uploaded_bytes.load(Ordering::Relaxed),
             upload_errors: c.upload_errors.load(Ordering::Relaxed),
+            discarded_creates: c.discarded_creates.load(Ordering::Relaxed),
             appends: c.appends.load(Ordering::Relaxed),
             group_commits: c.groups.load(Ordering::Relaxed),
             log_bytes: c.log_bytes.load(Ordering::Relaxed),

@@ -302,3 +302,79 @@ async fn concurrent_writers_share_fsyncs_and_newest_version_wins() {
     assert_eq!(log.stats().pending_objects, 0);
     assert!(!log.needs_barrier());
 }
+
+fn wal(i: u32) -> Path {
+    Path::from(format!("db/wal/{i:020}.sst"))
+}
+
+#[tokio::test]
+async fn logged_creates_upload_in_order_and_survive_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faulty = broken(capacity.clone());
+    let log = WbLog::open(dir.path(), options(), faulty.clone(), noop()).unwrap();
+    for i in 1..=5u32 {
+        log.put_create(&wal(i), vec![Bytes::from(vec![i as u8; 100])])
+            .await
+            .unwrap();
+    }
+    // A second create of a pending path is refused locally.
+    let again = log.put_create(&wal(3), vec![Bytes::from_static(b"x")]).await;
+    assert!(matches!(again, Err(Error::AlreadyExists { .. })), "{again:?}");
+    drop(log); // crash before any upload
+
+    let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
+    assert_eq!(log.lookup(&wal(2)).unwrap().kind, RecordKind::Create);
+    log.barrier().await.unwrap();
+    for i in 1..=5u32 {
+        let got = capacity.get(&wal(i)).await.unwrap().bytes().await.unwrap();
+        assert_eq!(got, vec![i as u8; 100]);
+    }
+    assert_eq!(log.stats().discarded_creates, 0);
+    log.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_create_that_loses_to_another_writer_fences_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    // Another writer already created wal 2 (different bytes) and wal 1 with our exact bytes
+    // (as if our own earlier attempt landed but its reply was lost).
+    capacity
+        .put(&wal(1), PutPayload::from(vec![1u8; 100]))
+        .await
+        .unwrap();
+    capacity
+        .put(&wal(2), PutPayload::from(vec![99u8; 100]))
+        .await
+        .unwrap();
+    let faulty = broken(capacity.clone());
+    let log = WbLog::open(dir.path(), options(), faulty.clone(), noop()).unwrap();
+    for i in 1..=4u32 {
+        log.put_create(&wal(i), vec![Bytes::from(vec![i as u8; 100])])
+            .await
+            .unwrap();
+    }
+    log.put(&Path::from("db/compacted/a.sst"), vec![Bytes::from_static(b"sst")])
+        .await
+        .unwrap();
+    faulty.set_config(FaultConfig::default());
+    log.barrier().await.unwrap();
+    // wal 1 was ours; wal 2 lost; wal 3 and 4 were discarded, never uploaded.
+    assert!(log.fenced("db/wal").is_some());
+    assert_eq!(log.stats().discarded_creates, 3);
+    let got = capacity.get(&wal(2)).await.unwrap().bytes().await.unwrap();
+    assert_eq!(got, vec![99u8; 100]);
+    for i in 3..=4u32 {
+        assert!(matches!(
+            capacity.get(&wal(i)).await,
+            Err(object_store::Error::NotFound { .. })
+        ));
+    }
+    // Plain puts elsewhere are unaffected; further creates in the fenced directory fail.
+    assert!(capacity.head(&Path::from("db/compacted/a.sst")).await.is_ok());
+    let later = log.put_create(&wal(5), vec![Bytes::from_static(b"x")]).await;
+    assert!(matches!(later, Err(Error::Fenced { .. })), "{later:?}");
+    assert!(log.put_create(&Path::from("other/wal/1.sst"), vec![]).await.is_ok());
+    log.close().await.unwrap();
+}
