@@ -149,9 +149,7 @@ impl Error {
             },
             Error::Io { .. } | Error::UploadFailing { .. } | Error::Cache(_) => ErrorKind::Retry,
             Error::LogCorrupt { .. } => ErrorKind::Data,
-            Error::LogPoisoned { .. } | Error::Closed | Error::Fenced { .. } => {
-                ErrorKind::Poisoned
-            }
+            Error::LogPoisoned { .. } | Error::Closed | Error::Fenced { .. } => ErrorKind::Poisoned,
         }
     }
 

@@ -71,7 +71,12 @@ pub(crate) async fn run(mut ctx: CleanerCtx) {
             let create_retry = state
                 .create_not_before
                 .filter(|_| !state.creates.is_empty());
-            state.retry.iter().map(|(t, _)| *t).chain(create_retry).min()
+            state
+                .retry
+                .iter()
+                .map(|(t, _)| *t)
+                .chain(create_retry)
+                .min()
         };
         let retry_sleep = next_retry.map_or(Duration::from_secs(3600), |t| {
             t.saturating_duration_since(Instant::now())
@@ -325,12 +330,18 @@ fn lose_create_race(shared: &Shared, state: &mut super::State, job: &Job) {
         .collect();
     for (seq, path) in discarded {
         state.creates.remove(&seq);
-        let current = state.index.get(&path).is_some_and(|ps| ps.latest.seq == seq);
+        let current = state
+            .index
+            .get(&path)
+            .is_some_and(|ps| ps.latest.seq == seq);
         if current {
             state.index.remove(&path);
         }
         state.done(shared, seq);
-        shared.stats.discarded_creates.fetch_add(1, Ordering::Relaxed);
+        shared
+            .stats
+            .discarded_creates
+            .fetch_add(1, Ordering::Relaxed);
     }
     let superseded = state
         .index

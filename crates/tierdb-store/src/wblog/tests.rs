@@ -319,8 +319,13 @@ async fn logged_creates_upload_in_order_and_survive_a_crash() {
             .unwrap();
     }
     // A second create of a pending path is refused locally.
-    let again = log.put_create(&wal(3), vec![Bytes::from_static(b"x")]).await;
-    assert!(matches!(again, Err(Error::AlreadyExists { .. })), "{again:?}");
+    let again = log
+        .put_create(&wal(3), vec![Bytes::from_static(b"x")])
+        .await;
+    assert!(
+        matches!(again, Err(Error::AlreadyExists { .. })),
+        "{again:?}"
+    );
     drop(log); // crash before any upload
 
     let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
@@ -355,9 +360,12 @@ async fn a_create_that_loses_to_another_writer_fences_the_directory() {
             .await
             .unwrap();
     }
-    log.put(&Path::from("db/compacted/a.sst"), vec![Bytes::from_static(b"sst")])
-        .await
-        .unwrap();
+    log.put(
+        &Path::from("db/compacted/a.sst"),
+        vec![Bytes::from_static(b"sst")],
+    )
+    .await
+    .unwrap();
     faulty.set_config(FaultConfig::default());
     log.barrier().await.unwrap();
     // wal 1 was ours; wal 2 lost; wal 3 and 4 were discarded, never uploaded.
@@ -372,9 +380,20 @@ async fn a_create_that_loses_to_another_writer_fences_the_directory() {
         ));
     }
     // Plain puts elsewhere are unaffected; further creates in the fenced directory fail.
-    assert!(capacity.head(&Path::from("db/compacted/a.sst")).await.is_ok());
-    let later = log.put_create(&wal(5), vec![Bytes::from_static(b"x")]).await;
+    assert!(
+        capacity
+            .head(&Path::from("db/compacted/a.sst"))
+            .await
+            .is_ok()
+    );
+    let later = log
+        .put_create(&wal(5), vec![Bytes::from_static(b"x")])
+        .await;
     assert!(matches!(later, Err(Error::Fenced { .. })), "{later:?}");
-    assert!(log.put_create(&Path::from("other/wal/1.sst"), vec![]).await.is_ok());
+    assert!(
+        log.put_create(&Path::from("other/wal/1.sst"), vec![])
+            .await
+            .is_ok()
+    );
     log.close().await.unwrap();
 }

@@ -1,0 +1,534 @@
+//! [`KvDb`]: one writer of a database; [`KvReplica`]: a read-only follower.
+
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use object_store::ObjectStore;
+use object_store::path::Path;
+use slatedb::config::{DurabilityLevel, ReadOptions, ScanOptions, WriteOptions};
+use slatedb::{Db, DbIterator, DbReader, DbReaderMode, DbSnapshot};
+use tierdb_store::{TierStats, TieredStore};
+
+use crate::error::{KvError, Result};
+use crate::marker::{self, Marker};
+use crate::options::KvOptions;
+use crate::{Batch, KvRead, KvWrite, Op};
+
+/// Reads see only commits that are durable: what a commit acknowledged, never a write
+/// still waiting for its flush (which a crash could lose).
+fn read_options() -> ReadOptions {
+    ReadOptions::new().with_durability_filter(DurabilityLevel::Remote)
+}
+
+fn scan_options() -> ScanOptions {
+    ScanOptions::new().with_durability_filter(DurabilityLevel::Remote)
+}
+
+fn bounds(range: &(Bound<Bytes>, Bound<Bytes>)) -> (Bound<Bytes>, Bound<Bytes>) {
+    (range.0.clone(), range.1.clone())
+}
+
+async fn drain(
+    db: &str,
+    mut iter: DbIterator,
+    limit: Option<usize>,
+) -> Result<Vec<(Bytes, Bytes)>> {
+    let mut out = Vec::new();
+    while limit.is_none_or(|l| out.len() < l) {
+        match iter.next().await {
+            Ok(Some(kv)) => out.push((kv.key, kv.value)),
+            Ok(None) => break,
+            Err(e) => return Err(KvError::engine(db, "scan", e)),
+        }
+    }
+    Ok(out)
+}
+
+/// Group commit: writers append to SlateDB's WAL buffer, then one of them flushes the WAL
+/// for everyone whose write was in the buffer when the flush began.
+#[derive(Debug, Default)]
+struct GroupCommit {
+    /// Highest sequence number whose write has returned (so it is in the WAL buffer).
+    written: AtomicU64,
+    /// Highest sequence number known durable.
+    durable: AtomicU64,
+    flush: tokio::sync::Mutex<()>,
+    commits: AtomicU64,
+    flushes: AtomicU64,
+}
+
+impl GroupCommit {
+    async fn make_durable(&self, db: &Db, name: &str, seq: u64) -> Result<()> {
+        self.written.fetch_max(seq, Ordering::AcqRel);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        if self.durable.load(Ordering::Acquire) >= seq {
+            return Ok(());
+        }
+        let _leader = self.flush.lock().await;
+        if self.durable.load(Ordering::Acquire) >= seq {
+            return Ok(()); // a flush that began after our write covered it
+        }
+        // Writes are appended in sequence order, so every write up to `target` is in the
+        // buffer this flush writes out.
+        let target = self.written.load(Ordering::Acquire);
+        db.flush()
+            .await
+            .map_err(|e| KvError::engine(name, "commit (WAL flush)", e))?;
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        self.durable.fetch_max(target, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+/// The writer of one database: SlateDB on a [`TieredStore`].
+///
+/// Every WAL, SST and manifest read or write goes through the store's DRAM and device tiers;
+/// in write-back mode the WAL objects are appended to the store's device log (see
+/// [`TieredStore::log_creates_in`] and docs/design/kv.md), so a commit is durable at device
+/// latency.
+pub struct KvDb {
+    name: String,
+    path: Path,
+    store: TieredStore,
+    db: Db,
+    group: GroupCommit,
+    marker: Marker,
+}
+
+impl std::fmt::Debug for KvDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvDb")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks the marker, creating the database if asked. Returns the marker.
+async fn claim(store: &TieredStore, path: &Path, name: &str, create: bool) -> Result<Marker> {
+    match marker::read(store, path, name).await? {
+        Some(m) if m.incomplete => Err(KvError::Invalid {
+            db: name.to_string(),
+            what: format!(
+                "a clone of {} into it did not finish; delete the prefix and clone again",
+                m.clone_of.as_deref().unwrap_or("another database")
+            ),
+        }),
+        Some(m) => Ok(m),
+        None if create => {
+            let m = Marker::new(None, false);
+            match marker::write(store, path, name, &m, true).await {
+                Ok(()) => Ok(m),
+                // Created by someone else just now: open what they made.
+                Err(KvError::AlreadyExists { .. }) => marker::read(store, path, name)
+                    .await?
+                    .ok_or_else(|| KvError::NotFound {
+                        db: name.to_string(),
+                    }),
+                Err(e) => Err(e),
+            }
+        }
+        None => Err(KvError::NotFound {
+            db: name.to_string(),
+        }),
+    }
+}
+
+impl KvDb {
+    /// Opens the database at `path` in `store` as its writer, fencing any previous writer.
+    /// `name` (usually the URL) is used in messages.
+    pub async fn open(
+        store: TieredStore,
+        path: &str,
+        name: &str,
+        options: &KvOptions,
+    ) -> Result<Self> {
+        options.validate(name)?;
+        let path = Path::from(path);
+        let marker = claim(&store, &path, name, options.create).await?;
+        let object_store: Arc<dyn ObjectStore> = Arc::new(store.clone());
+        let db = Db::builder(path.clone(), object_store)
+            .with_settings(options.settings())
+            .build()
+            .await
+            .map_err(|e| KvError::engine(name, "open", e))?;
+        // SlateDB has claimed the WAL (a direct create of its fence object); from now on its
+        // WAL objects may be acknowledged from the device log.
+        store.log_creates_in(&wal_dir(&path));
+        Ok(KvDb {
+            name: name.to_string(),
+            path,
+            store,
+            db,
+            group: GroupCommit::default(),
+            marker,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn store(&self) -> &TieredStore {
+        &self.store
+    }
+
+    pub fn marker(&self) -> &Marker {
+        &self.marker
+    }
+
+    /// A consistent read-only view as of now.
+    pub fn snapshot(&self) -> Result<KvSnapshot> {
+        let snap = self
+            .db
+            .snapshot()
+            .map_err(|e| KvError::engine(&self.name, "snapshot", e))?;
+        Ok(KvSnapshot {
+            name: self.name.clone(),
+            snap,
+        })
+    }
+
+    /// Commits (group commit) and WAL flushes so far.
+    pub fn commit_stats(&self) -> (u64, u64) {
+        (
+            self.group.commits.load(Ordering::Relaxed),
+            self.group.flushes.load(Ordering::Relaxed),
+        )
+    }
+
+    pub fn tier_stats(&self) -> TierStats {
+        self.store.stats()
+    }
+
+    /// Sizes and LSM shape as this writer sees them.
+    pub fn info(&self) -> DbShape {
+        DbShape::of(&self.db.manifest())
+    }
+
+    /// Writes the memtable to L0 (so replicas that skip the WAL and clones see it).
+    pub async fn flush_memtable(&self) -> Result<()> {
+        self.db
+            .flush_with_options(slatedb::config::FlushOptions {
+                flush_type: slatedb::config::FlushType::MemTable,
+            })
+            .await
+            .map_err(|e| KvError::engine(&self.name, "memtable flush", e))
+    }
+
+    /// Makes `dst` (a prefix in the same store) a zero-copy clone holding every commit so
+    /// far: the memtable is written to L0 first, since a clone starts from the source's
+    /// manifest. See [`clone_db`].
+    pub async fn clone_to(&self, dst: &str, dst_name: &str) -> Result<()> {
+        self.flush_memtable().await?;
+        clone_db(&self.store, self.path.as_ref(), dst, &self.name, dst_name).await
+    }
+
+    /// Flushes and closes the database, then drains the store's write-back log.
+    pub async fn close(&self) -> Result<()> {
+        let closed = self
+            .db
+            .close()
+            .await
+            .map_err(|e| KvError::engine(&self.name, "close", e));
+        self.store.stop_logging_creates_in(&wal_dir(&self.path));
+        let flushed = self
+            .store
+            .flush()
+            .await
+            .map_err(|e| KvError::store(&self.name, e));
+        closed.and(flushed)
+    }
+
+    fn fenced_check(&self) -> Result<()> {
+        match self.store.fenced(&wal_dir(&self.path)) {
+            Some(_) => Err(KvError::Fenced {
+                db: self.name.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+fn wal_dir(db: &Path) -> Path {
+    db.clone().join("wal")
+}
+
+#[async_trait]
+impl KvRead for KvDb {
+    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.db
+            .get_with_options(key, &read_options())
+            .await
+            .map_err(|e| KvError::engine(&self.name, "get", e))
+    }
+
+    async fn scan(
+        &self,
+        range: (Bound<Bytes>, Bound<Bytes>),
+        limit: Option<usize>,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        let iter = self
+            .db
+            .scan_with_options(bounds(&range), &scan_options())
+            .await
+            .map_err(|e| KvError::engine(&self.name, "scan", e))?;
+        drain(&self.name, iter, limit).await
+    }
+}
+
+#[async_trait]
+impl KvWrite for KvDb {
+    /// Applies `batch` atomically and returns once it is durable: in the capacity store
+    /// (write-through, write-around) or fsync'd in the device log (write-back). Concurrent
+    /// commits share one WAL flush.
+    async fn commit(&self, batch: Batch) -> Result<u64> {
+        if batch.is_empty() {
+            return Ok(self.group.durable.load(Ordering::Acquire));
+        }
+        self.fenced_check()?;
+        let mut wb = slatedb::WriteBatch::new();
+        for op in batch.ops {
+            match op {
+                Op::Put(k, v) => wb.put(k, v),
+                Op::Delete(k) => wb.delete(k),
+            }
+        }
+        let handle = self
+            .db
+            .write_with_options(wb, &WriteOptions::default())
+            .await
+            .map_err(|e| KvError::engine(&self.name, "commit", e))?;
+        let seq = handle.seqnum();
+        self.group.make_durable(&self.db, &self.name, seq).await?;
+        self.fenced_check()?;
+        Ok(seq)
+    }
+}
+
+/// A consistent view of a database at one moment.
+pub struct KvSnapshot {
+    name: String,
+    snap: Arc<DbSnapshot>,
+}
+
+impl std::fmt::Debug for KvSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvSnapshot")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl KvRead for KvSnapshot {
+    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.snap
+            .get_with_options(key, &read_options())
+            .await
+            .map_err(|e| KvError::engine(&self.name, "get", e))
+    }
+
+    async fn scan(
+        &self,
+        range: (Bound<Bytes>, Bound<Bytes>),
+        limit: Option<usize>,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        let iter = self
+            .snap
+            .scan_with_options(bounds(&range), &scan_options())
+            .await
+            .map_err(|e| KvError::engine(&self.name, "scan", e))?;
+        drain(&self.name, iter, limit).await
+    }
+}
+
+/// A read-only follower of a database: sees new commits within the poll interval (plus the
+/// time to read the new WAL objects). It never fences the writer.
+pub struct KvReplica {
+    name: String,
+    reader: DbReader,
+    store: TieredStore,
+}
+
+impl std::fmt::Debug for KvReplica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvReplica")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KvReplica {
+    /// Opens a follower polling every `poll_interval`.
+    pub async fn open(
+        store: TieredStore,
+        path: &str,
+        name: &str,
+        poll_interval: Duration,
+    ) -> Result<Self> {
+        let db_path = Path::from(path);
+        claim(&store, &db_path, name, false).await?;
+        let object_store: Arc<dyn ObjectStore> = Arc::new(store.clone());
+        let options = slatedb::config::DbReaderOptions {
+            manifest_poll_interval: poll_interval,
+            checkpoint_lifetime: (poll_interval * 4).max(Duration::from_secs(60)),
+            ..Default::default()
+        };
+        let reader = DbReader::builder(db_path, object_store)
+            .with_reader_mode(DbReaderMode::ManagedCheckpoint)
+            .with_options(options)
+            .build()
+            .await
+            .map_err(|e| KvError::engine(name, "open replica", e))?;
+        Ok(KvReplica {
+            name: name.to_string(),
+            reader,
+            store,
+        })
+    }
+
+    pub fn tier_stats(&self) -> TierStats {
+        self.store.stats()
+    }
+
+    pub async fn close(&self) -> Result<()> {
+        self.reader
+            .close()
+            .await
+            .map_err(|e| KvError::engine(&self.name, "close replica", e))
+    }
+}
+
+#[async_trait]
+impl KvRead for KvReplica {
+    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.reader
+            .get(key)
+            .await
+            .map_err(|e| KvError::engine(&self.name, "get", e))
+    }
+
+    async fn scan(
+        &self,
+        range: (Bound<Bytes>, Bound<Bytes>),
+        limit: Option<usize>,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        let iter = self
+            .reader
+            .scan(bounds(&range))
+            .await
+            .map_err(|e| KvError::engine(&self.name, "scan", e))?;
+        drain(&self.name, iter, limit).await
+    }
+}
+
+/// Sizes and LSM levels of a database, from its manifest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DbShape {
+    pub manifest_id: u64,
+    pub writer_epoch: u64,
+    pub compactor_epoch: u64,
+    /// Estimated bytes of each L0 SST, newest first.
+    pub l0_bytes: Vec<u64>,
+    /// (sorted run id, SSTs, estimated bytes), as stored (newest first).
+    pub sorted_runs: Vec<(u32, usize, u64)>,
+    pub next_wal_id: u64,
+    pub replay_after_wal_id: u64,
+    pub checkpoints: usize,
+    /// Databases whose SSTs this one shares (a clone's sources).
+    pub external_dbs: Vec<String>,
+}
+
+impl DbShape {
+    fn of(m: &slatedb::VersionedManifest) -> Self {
+        DbShape {
+            manifest_id: m.id(),
+            writer_epoch: m.writer_epoch(),
+            compactor_epoch: m.compactor_epoch(),
+            l0_bytes: m.l0().iter().map(|v| v.estimate_size()).collect(),
+            sorted_runs: m
+                .compacted()
+                .iter()
+                .map(|sr| (sr.id, sr.sst_views().len(), sr.estimate_size()))
+                .collect(),
+            next_wal_id: m.next_wal_sst_id(),
+            replay_after_wal_id: m.replay_after_wal_id(),
+            checkpoints: m.checkpoints().len(),
+            external_dbs: m.external_dbs().iter().map(|e| format!("{e:?}")).collect(),
+        }
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.l0_bytes.iter().sum::<u64>() + self.sorted_runs.iter().map(|s| s.2).sum::<u64>()
+    }
+
+    /// Reads the shape of the database at `path` without opening it (nothing is written,
+    /// no writer is fenced).
+    pub async fn read(store: &TieredStore, path: &str, name: &str) -> Result<(Marker, Self)> {
+        let db_path = Path::from(path);
+        let marker = claim(store, &db_path, name, false).await?;
+        let object_store: Arc<dyn ObjectStore> = Arc::new(store.clone());
+        let admin = slatedb::admin::Admin::builder(db_path, object_store).build();
+        let manifest = admin
+            .read_manifest(None)
+            .await
+            .map_err(|e| KvError::engine(name, "read manifest", e))?;
+        Ok((
+            marker,
+            manifest.as_ref().map(DbShape::of).unwrap_or_default(),
+        ))
+    }
+}
+
+/// Makes `dst` a clone of `src`: it shares `src`'s SST files (nothing is copied but the
+/// manifest and a few WAL objects), and its writes go to its own prefix.
+///
+/// The clone starts from `src`'s latest manifest, so it holds the commits up to `src`'s
+/// last memtable flush: all of them if `src` was closed cleanly. From a live writer use
+/// [`KvDb::clone_to`], which flushes first.
+pub async fn clone_db(
+    store: &TieredStore,
+    src: &str,
+    dst: &str,
+    src_name: &str,
+    dst_name: &str,
+) -> Result<()> {
+    let src_path = Path::from(src);
+    let dst_path = Path::from(dst);
+    if src_path == dst_path
+        || dst_path.prefix_matches(&src_path)
+        || src_path.prefix_matches(&dst_path)
+    {
+        return Err(KvError::Invalid {
+            db: dst_name.to_string(),
+            what: format!("a clone cannot be inside its source {src_name} or contain it"),
+        });
+    }
+    claim(store, &src_path, src_name, false).await?;
+    match marker::read(store, &dst_path, dst_name).await? {
+        None => {
+            let m = Marker::new(Some(src_name.to_string()), true);
+            marker::write(store, &dst_path, dst_name, &m, true).await?;
+        }
+        Some(m) if m.incomplete && m.clone_of.as_deref() == Some(src_name) => {} // resume
+        Some(_) => {
+            return Err(KvError::AlreadyExists {
+                db: dst_name.to_string(),
+            });
+        }
+    }
+    let object_store: Arc<dyn ObjectStore> = Arc::new(store.clone());
+    let admin = slatedb::admin::Admin::builder(dst_path.clone(), object_store).build();
+    admin
+        .create_clone_builder_from_source(slatedb::CloneSourceSpec::new(src_path))
+        .build()
+        .await
+        .map_err(|e| KvError::engine(dst_name, "clone", e))?;
+    let done = Marker::new(Some(src_name.to_string()), false);
+    marker::write(store, &dst_path, dst_name, &done, false).await?;
+    store.flush().await.map_err(|e| KvError::store(dst_name, e))
+}

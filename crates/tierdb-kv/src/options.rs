@@ -1,0 +1,112 @@
+//! Settings of a key-value database, with defaults sized for a small machine.
+
+use std::time::Duration;
+
+/// Block compression of SST files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    None,
+    Lz4,
+    #[default]
+    Zstd,
+}
+
+impl std::str::FromStr for Compression {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Compression::None),
+            "lz4" => Ok(Compression::Lz4),
+            "zstd" => Ok(Compression::Zstd),
+            other => Err(format!(
+                "unknown compression {other:?}; use none, lz4 or zstd"
+            )),
+        }
+    }
+}
+
+/// How a database is opened and run. See docs/design/kv.md for what each setting trades.
+#[derive(Debug, Clone)]
+pub struct KvOptions {
+    /// Create the database if its prefix is empty. Without it, an empty prefix is an error.
+    pub create: bool,
+    /// Memtable size at which it is frozen and written as an L0 SST.
+    pub memtable_bytes: usize,
+    /// Unflushed bytes (WAL and memtables) beyond which writers wait.
+    pub max_unflushed_bytes: usize,
+    /// A background WAL flush for writes nobody waits on. Commits never wait for it: a
+    /// commit flushes the WAL itself (group commit), see [`crate::KvDb::commit`].
+    pub background_flush: Option<Duration>,
+    /// Memtables are written to L0 at the latest after this many WAL flushes, which bounds
+    /// recovery work and how stale a replica that skips the WAL can be.
+    pub max_wal_flushes_before_l0: u64,
+    pub compression: Compression,
+    /// Run the compactor inside the writer process.
+    pub compaction: bool,
+    /// How often a writer polls the manifest (detects fencing without writing) and a
+    /// replica polls for new commits: a replica's lag is bounded by this plus one read.
+    pub poll_interval: Duration,
+    /// Retries of one object store request inside SlateDB before an error surfaces.
+    pub store_retries: u32,
+}
+
+impl Default for KvOptions {
+    fn default() -> Self {
+        KvOptions {
+            create: false,
+            memtable_bytes: 16 << 20,
+            max_unflushed_bytes: 256 << 20,
+            background_flush: Some(Duration::from_millis(100)),
+            max_wal_flushes_before_l0: 4096,
+            compression: Compression::default(),
+            compaction: true,
+            poll_interval: Duration::from_millis(500),
+            store_retries: 8,
+        }
+    }
+}
+
+impl KvOptions {
+    pub(crate) fn validate(&self, db: &str) -> crate::Result<()> {
+        let bad = |what: String| {
+            Err(crate::KvError::Invalid {
+                db: db.to_string(),
+                what,
+            })
+        };
+        if self.memtable_bytes < 64 << 10 {
+            return bad(format!(
+                "memtable size {} is below the 64 KiB minimum",
+                self.memtable_bytes
+            ));
+        }
+        if self.max_unflushed_bytes < self.memtable_bytes {
+            return bad("max unflushed bytes must be at least the memtable size".into());
+        }
+        if self.poll_interval.is_zero() {
+            return bad("the poll interval must be positive".into());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn settings(&self) -> slatedb::Settings {
+        let compactor_options = self
+            .compaction
+            .then(slatedb::config::CompactorOptions::default);
+        slatedb::Settings {
+            flush_interval: self.background_flush,
+            manifest_poll_interval: self.poll_interval,
+            l0_sst_size_bytes: self.memtable_bytes,
+            max_unflushed_bytes: self.max_unflushed_bytes,
+            max_wal_flushes_before_l0_flush: self.max_wal_flushes_before_l0,
+            compactor_options,
+            compression_codec: match self.compression {
+                Compression::None => None,
+                Compression::Lz4 => Some(slatedb::config::CompressionCodec::Lz4),
+                Compression::Zstd => Some(slatedb::config::CompressionCodec::Zstd),
+            },
+            object_store_max_retries: Some(self.store_retries),
+            ..slatedb::Settings::default()
+        }
+    }
+}
