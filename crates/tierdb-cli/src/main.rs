@@ -1,5 +1,7 @@
 //! `tierdb`: the command line of the tierdb database engine.
 
+mod kv_cmd;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +36,25 @@ enum Command {
     /// Use a (tiered) object store by hand.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Read and write a key-value database by hand.
+    #[command(subcommand)]
+    Kv(kv_cmd::KvCommand),
+    /// Show a database's format, size, LSM levels and cache statistics (read-only: it does
+    /// not disturb a running writer).
+    Info {
+        db: String,
+        #[command(flatten)]
+        tiers: TierArgs,
+    },
+    /// Make DST a zero-copy clone of SRC (same bucket or filesystem): it shares SRC's SST
+    /// files and takes its own writes. It holds SRC's commits up to SRC's last memtable
+    /// flush (all of them if SRC's writer closed cleanly).
+    Clone {
+        src: String,
+        dst: String,
+        #[command(flatten)]
+        tiers: TierArgs,
+    },
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -465,6 +486,9 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Store(cmd) => run_store(cmd).await,
+            Command::Kv(cmd) => kv_cmd::run_kv(cmd).await,
+            Command::Info { db, tiers } => kv_cmd::run_info(db, tiers).await,
+            Command::Clone { src, dst, tiers } => kv_cmd::run_clone(src, dst, tiers).await,
             Command::Bench(cmd) => run_bench(cmd).await,
             Command::Debug(cmd) => run_debug(cmd).await,
         }

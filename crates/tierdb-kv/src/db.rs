@@ -363,12 +363,41 @@ impl std::fmt::Debug for KvReplica {
 }
 
 impl KvReplica {
-    /// Opens a follower polling every `poll_interval`.
+    /// Opens a follower polling every `poll_interval`. It keeps a checkpoint of the state it
+    /// reads (refreshed as it follows), so the garbage collector cannot delete SSTs under it.
     pub async fn open(
         store: TieredStore,
         path: &str,
         name: &str,
         poll_interval: Duration,
+    ) -> Result<Self> {
+        Self::open_mode(
+            store,
+            path,
+            name,
+            poll_interval,
+            DbReaderMode::ManagedCheckpoint,
+        )
+        .await
+    }
+
+    /// A follower that writes nothing at all (no checkpoint): for short reads such as
+    /// `tierdb kv get`. A long-lived one may find SSTs it still reads collected.
+    pub async fn open_unpinned(
+        store: TieredStore,
+        path: &str,
+        name: &str,
+        poll_interval: Duration,
+    ) -> Result<Self> {
+        Self::open_mode(store, path, name, poll_interval, DbReaderMode::FollowLatest).await
+    }
+
+    async fn open_mode(
+        store: TieredStore,
+        path: &str,
+        name: &str,
+        poll_interval: Duration,
+        mode: DbReaderMode,
     ) -> Result<Self> {
         let db_path = Path::from(path);
         claim(&store, &db_path, name, false).await?;
@@ -379,7 +408,7 @@ impl KvReplica {
             ..Default::default()
         };
         let reader = DbReader::builder(db_path, object_store)
-            .with_reader_mode(DbReaderMode::ManagedCheckpoint)
+            .with_reader_mode(mode)
             .with_options(options)
             .build()
             .await
@@ -393,6 +422,10 @@ impl KvReplica {
 
     pub fn tier_stats(&self) -> TierStats {
         self.store.stats()
+    }
+
+    pub fn store(&self) -> &TieredStore {
+        &self.store
     }
 
     pub async fn close(&self) -> Result<()> {

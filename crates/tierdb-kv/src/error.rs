@@ -20,7 +20,7 @@ pub enum ErrorKind {
 pub enum KvError {
     #[error(
         "database {db} does not exist (no objects under that prefix); \
-         create it with --create (KvOptions::create) or check the URL"
+         create it (--create) or check the URL"
     )]
     NotFound { db: String },
 
@@ -134,6 +134,7 @@ impl KvError {
 pub type Result<T, E = KvError> = std::result::Result<T, E>;
 
 /// Shown in messages: a key as text if printable, else hex.
+#[derive(Debug)]
 pub struct ShowKey<'a>(pub &'a [u8]);
 
 impl fmt::Display for ShowKey<'_> {
