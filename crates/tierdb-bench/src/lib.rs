@@ -7,9 +7,11 @@
 //! - [`zipf`]: seeded Zipfian key sequences;
 //! - [`sim`]: replays a key trace against foyer's eviction policies and Belady's OPT;
 //! - [`cache_bench`]: `tierdb bench cache`;
+//! - [`oltp_bench`]: `tierdb bench oltp`, seed 001's race on the key-value engine;
 //! - [`plot`]: PNG plots.
 
 pub mod cache_bench;
+pub mod oltp_bench;
 pub mod plot;
 pub mod sim;
 pub mod zipf;

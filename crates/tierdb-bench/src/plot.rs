@@ -96,3 +96,61 @@ pub fn hit_ratio_curves(
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))
 }
+
+/// Transactions finished per second over the race, one line per contestant.
+pub fn race(series: &[(String, Vec<u64>)], title: &str, out: &Path) -> Result<(), String> {
+    register_font()?;
+    let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", out.display());
+    let root = BitMapBackend::new(out, (1000, 640)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let max_x = series
+        .iter()
+        .map(|(_, s)| s.len())
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let max_y = series
+        .iter()
+        .flat_map(|(_, s)| s.iter().copied())
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(0f64..max_x + 1.0, 0f64..max_y * 1.1)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the start of the race")
+        .y_desc("transactions per second")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, (name, per_second)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let points: Vec<(f64, f64)> = per_second
+            .iter()
+            .enumerate()
+            .map(|(s, n)| (s as f64 + 1.0, *n as f64))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(format!("{name} ({} s)", per_second.len()))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}

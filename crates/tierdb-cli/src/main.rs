@@ -110,6 +110,45 @@ enum BenchCommand {
     /// Zipfian hot reads per tier, a 70/30 mix in write-through vs write-back, and the
     /// eviction-policy simulator against OPT. Writes CSV and a PNG to --out.
     Cache(BenchCacheArgs),
+    /// Seed 001's race: a sysbench-like 70/30 OLTP workload to N transactions on the
+    /// key-value engine with (a) no device tier, (b) device write-through, (c) device
+    /// write-back, and raw slatedb. Writes CSV and a PNG of the race to --out.
+    Oltp(BenchOltpArgs),
+}
+
+#[derive(Args, Debug)]
+struct BenchOltpArgs {
+    /// Capacity store URL (MinIO: s3://bucket/prefix with AWS_ENDPOINT_URL set).
+    url: String,
+    /// Table rows (keys are Gaussian over them).
+    #[arg(long, default_value_t = 200_000)]
+    rows: u64,
+    #[arg(long, default_value_t = 200)]
+    value_bytes: usize,
+    /// The race ends when this many transactions have committed.
+    #[arg(long, default_value_t = 20_000)]
+    transactions: u64,
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// DRAM tier (also raw slatedb's block cache); keep it several times below the table.
+    #[arg(long, default_value = "8MiB")]
+    memory_bytes: ByteSize,
+    #[arg(long, default_value = "512MiB")]
+    cache_bytes: ByteSize,
+    /// Device tier directory (default: a temporary directory).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    #[arg(long, default_value = "16MiB")]
+    memtable_bytes: ByteSize,
+    /// Contestants, comma-separated: a, b, c, raw.
+    #[arg(long, default_value = "a,b,c,raw", value_delimiter = ',')]
+    only: Vec<String>,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    #[command(flatten)]
+    s3: S3Args,
 }
 
 #[derive(Subcommand, Debug)]
@@ -460,6 +499,55 @@ async fn run_bench(cmd: BenchCommand) -> CliResult {
             );
             let report = cache_bench::run(&config).await?;
             print!("{}", cache_bench::render(&report));
+            Ok(())
+        }
+        BenchCommand::Oltp(a) => {
+            use tierdb_bench::oltp_bench::{self, OltpConfig, Variant};
+            let url = StoreUrl::parse(&a.url).map_err(|e| e.to_string())?;
+            let variants = a
+                .only
+                .iter()
+                .map(|v| match v.trim() {
+                    "a" => Ok(Variant::NoDevice),
+                    "b" => Ok(Variant::DeviceWriteThrough),
+                    "c" => Ok(Variant::DeviceWriteBack),
+                    "raw" => Ok(Variant::RawSlatedb),
+                    other => Err(format!(
+                        "unknown contestant {other:?} in --only; use a, b, c or raw"
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let tmp = tempfile::tempdir()
+                .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+            let config = OltpConfig {
+                url,
+                capacity: capacity_options(&a.s3, true),
+                rows: a.rows,
+                value_bytes: a.value_bytes.max(8),
+                transactions: a.transactions,
+                clients: a.clients,
+                memory_bytes: a.memory_bytes.as_u64(),
+                device_bytes: a.cache_bytes.as_u64(),
+                cache_dir: a
+                    .cache_dir
+                    .unwrap_or_else(|| tmp.path().to_path_buf())
+                    .join("tierdb-bench-oltp"),
+                memtable_bytes: a.memtable_bytes.as_u64() as usize,
+                seed: a.seed,
+                out_dir: a.out,
+                variants,
+            };
+            println!(
+                "tierdb bench oltp: {} rows, race to {} transactions, {} clients, DRAM {}, device {}, {} cores",
+                a.rows,
+                a.transactions,
+                a.clients,
+                a.memory_bytes,
+                a.cache_bytes,
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            );
+            let report = oltp_bench::run(&config).await?;
+            print!("{}", oltp_bench::render(&report));
             Ok(())
         }
     }

@@ -152,6 +152,7 @@ impl KvDb {
         let object_store: Arc<dyn ObjectStore> = Arc::new(store.clone());
         let db = Db::builder(path.clone(), object_store)
             .with_settings(options.settings())
+            .with_db_cache(options.db_cache(), 0)
             .build()
             .await
             .map_err(|e| KvError::engine(name, "open", e))?;

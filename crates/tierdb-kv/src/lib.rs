@@ -24,7 +24,7 @@ pub mod marker;
 mod options;
 
 pub use db::{DbShape, KvDb, KvReplica, KvSnapshot, clone_db};
-pub use error::{ErrorKind, KvError, Result, ShowKey};
+pub use error::{ErrorKind, KvError, Result, Result as KvResult, ShowKey};
 pub use options::{Compression, KvOptions};
 
 /// The SlateDB release the on-store format comes from (pinned exactly in Cargo.toml).

@@ -48,6 +48,11 @@ pub struct KvOptions {
     pub poll_interval: Duration,
     /// Retries of one object store request inside SlateDB before an error surfaces.
     pub store_retries: u32,
+    /// SlateDB's cache of decoded SST indexes and filters (small, read on every lookup).
+    pub meta_cache_bytes: u64,
+    /// SlateDB's cache of decoded data blocks. Off by default: the tiered store's DRAM tier
+    /// holds blocks; set it to trade memory for decode work.
+    pub block_cache_bytes: u64,
 }
 
 impl Default for KvOptions {
@@ -62,6 +67,8 @@ impl Default for KvOptions {
             compaction: true,
             poll_interval: Duration::from_millis(500),
             store_retries: 8,
+            meta_cache_bytes: 16 << 20,
+            block_cache_bytes: 0,
         }
     }
 }
@@ -89,7 +96,27 @@ impl KvOptions {
         Ok(())
     }
 
-    pub(crate) fn settings(&self) -> slatedb::Settings {
+    /// SlateDB's in-process caches as configured.
+    pub fn db_cache(&self) -> std::sync::Arc<dyn slatedb::db_cache::DbCache> {
+        use slatedb::db_cache::DbCache;
+        use slatedb::db_cache::foyer::{FoyerCache, FoyerCacheOptions};
+        let cache = |bytes: u64| {
+            (bytes > 0).then(|| {
+                std::sync::Arc::new(FoyerCache::new_with_opts(FoyerCacheOptions {
+                    max_capacity: bytes,
+                    shards: 4,
+                })) as std::sync::Arc<dyn DbCache>
+            })
+        };
+        std::sync::Arc::new(
+            slatedb::db_cache::SplitCache::new()
+                .with_meta_cache(cache(self.meta_cache_bytes))
+                .with_block_cache(cache(self.block_cache_bytes))
+                .build(),
+        )
+    }
+
+    pub fn settings(&self) -> slatedb::Settings {
         let compactor_options = self
             .compaction
             .then(slatedb::config::CompactorOptions::default);
