@@ -378,3 +378,44 @@ pub fn print_tier_stats(stats: &tierdb_store::TierStats) {
         );
     }
 }
+
+/// `tierdb debug kv-commit-stream`, for the crash tests.
+pub async fn commit_stream(
+    url: &str,
+    count: u64,
+    writers: u64,
+    rows: u64,
+    kv: &KvArgs,
+) -> CliResult {
+    let db = std::sync::Arc::new(open_db(url, kv).await?);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+    let writers = writers.max(1);
+    for w in 0..writers {
+        let (db, tx) = (db.clone(), tx.clone());
+        tokio::spawn(async move {
+            let mut i = w;
+            while i < count {
+                let mut batch = tierdb_kv::Batch::new();
+                for r in 0..rows {
+                    batch.put(format!("b{i:08}/r{r:03}"), format!("v{i}"));
+                }
+                if db.commit(batch).await.is_err() || tx.send(i).is_err() {
+                    return;
+                }
+                i += writers;
+            }
+        });
+    }
+    drop(tx);
+    let mut out = std::io::stdout().lock();
+    while let Some(i) = rx.recv().await {
+        writeln!(out, "acked {i}")
+            .and_then(|()| out.flush())
+            .map_err(|e| e.to_string())?;
+    }
+    drop(out);
+    match std::sync::Arc::try_unwrap(db) {
+        Ok(db) => finish(db).await,
+        Err(_) => Ok(()),
+    }
+}

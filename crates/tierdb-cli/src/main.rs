@@ -153,6 +153,19 @@ struct BenchOltpArgs {
 
 #[derive(Subcommand, Debug)]
 enum DebugCommand {
+    /// Commit batches 0, 1, ... (batch i sets b{i}/r0 .. b{i}/r{rows-1} to "v{i}") from
+    /// concurrent writers and print "acked i" after each commit returns.
+    KvCommitStream {
+        db: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        count: u64,
+        #[arg(long, default_value_t = 4)]
+        writers: u64,
+        #[arg(long, default_value_t = 20)]
+        rows: u64,
+        #[command(flatten)]
+        kv: kv_cmd::KvArgs,
+    },
     /// Put objects k0, k1, ... and print "acked kN" after each acknowledgement.
     WriteStream {
         url: String,
@@ -420,6 +433,13 @@ pub fn stream_object(i: u64) -> Vec<u8> {
 
 async fn run_debug(cmd: DebugCommand) -> CliResult {
     match cmd {
+        DebugCommand::KvCommitStream {
+            db,
+            count,
+            writers,
+            rows,
+            kv,
+        } => kv_cmd::commit_stream(&db, count, writers, rows, &kv).await,
         DebugCommand::WriteStream {
             url,
             count,

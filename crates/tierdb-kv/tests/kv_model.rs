@@ -1,0 +1,186 @@
+//! Model-based test: random puts, deletes, batches, reads, scans, snapshots, memtable
+//! flushes and reopens against a `BTreeMap`, with the capacity store failing requests at
+//! random (before they run, and after they ran). A commit that returns an error may or may
+//! not have happened: the database is then reopened and must hold the model either with
+//! the whole batch or without any of it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use proptest::prelude::*;
+use tierdb_kv::{Batch, KvDb, KvRead, KvWrite};
+use tierdb_store::{FaultConfig, FaultStore, WriteMode};
+
+#[derive(Debug, Clone)]
+enum Action {
+    Commit(Vec<(u8, Option<u8>)>),
+    Get(u8),
+    Scan(u8, u8),
+    Snapshot(Vec<(u8, Option<u8>)>),
+    FlushMemtable,
+    Reopen,
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    let change = (0u8..32, proptest::option::weighted(0.8, any::<u8>()));
+    prop_oneof![
+        6 => proptest::collection::vec(change.clone(), 1..6).prop_map(Action::Commit),
+        3 => (0u8..32).prop_map(Action::Get),
+        2 => (0u8..32, 0u8..32).prop_map(|(a, b)| Action::Scan(a.min(b), a.max(b))),
+        1 => proptest::collection::vec(change, 1..4).prop_map(Action::Snapshot),
+        1 => Just(Action::FlushMemtable),
+        1 => Just(Action::Reopen),
+    ]
+}
+
+fn key(k: u8) -> Bytes {
+    Bytes::from(format!("key{k:03}"))
+}
+
+fn apply(model: &mut BTreeMap<Bytes, Bytes>, changes: &[(u8, Option<u8>)]) {
+    for (k, v) in changes {
+        match v {
+            Some(v) => model.insert(key(*k), Bytes::from(vec![*v; 1 + *k as usize])),
+            None => model.remove(&key(*k)),
+        };
+    }
+}
+
+fn batch(changes: &[(u8, Option<u8>)]) -> Batch {
+    let mut b = Batch::new();
+    for (k, v) in changes {
+        match v {
+            Some(v) => b.put(key(*k), Bytes::from(vec![*v; 1 + *k as usize])),
+            None => b.delete(key(*k)),
+        };
+    }
+    b
+}
+
+async fn contents(db: &KvDb) -> BTreeMap<Bytes, Bytes> {
+    db.scan((Bound::Unbounded, Bound::Unbounded), None)
+        .await
+        .expect("full scan")
+        .into_iter()
+        .collect()
+}
+
+async fn run(mode: WriteMode, seed: u64, actions: Vec<Action>) {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faulty = Arc::new(FaultStore::new(memory, FaultConfig::default(), seed));
+    let cache = tempfile::tempdir().expect("tempdir");
+    let cache_dir = (mode == WriteMode::WriteBack).then(|| cache.path());
+    let store = common::over(faulty.clone(), cache_dir, mode).await;
+    let mut db = KvDb::open(store.clone(), "db", "db", &common::options(true))
+        .await
+        .expect("create");
+    faulty.set_config(FaultConfig {
+        error_before: 0.03,
+        error_after: 0.03,
+        ..FaultConfig::default()
+    });
+    let mut model = BTreeMap::new();
+    for action in actions {
+        match action {
+            Action::Commit(changes) => match db.commit(batch(&changes)).await {
+                Ok(_) => apply(&mut model, &changes),
+                Err(_) => {
+                    // Unknown outcome: settle it by reopening (with a healthy store).
+                    faulty.set_config(FaultConfig::default());
+                    drop(db);
+                    db = KvDb::open(store.clone(), "db", "db", &common::options(false))
+                        .await
+                        .expect("reopen after a failed commit");
+                    let mut with = model.clone();
+                    apply(&mut with, &changes);
+                    let got = contents(&db).await;
+                    assert!(
+                        got == model || got == with,
+                        "after a failed commit the batch must be all there or not at all"
+                    );
+                    model = got;
+                    faulty.set_config(FaultConfig {
+                        error_before: 0.03,
+                        error_after: 0.03,
+                        ..FaultConfig::default()
+                    });
+                }
+            },
+            Action::Get(k) => {
+                let got = db.get(&key(k)).await.expect("get");
+                assert_eq!(got.as_ref(), model.get(&key(k)), "get key{k:03}");
+            }
+            Action::Scan(a, b) => {
+                let range = (Bound::Included(key(a)), Bound::Excluded(key(b)));
+                let got = db.scan(range.clone(), None).await.expect("scan");
+                let want: Vec<_> = model
+                    .range(range)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                assert_eq!(got, want, "scan key{a:03}..key{b:03}");
+            }
+            Action::Snapshot(changes) => {
+                let snap = db.snapshot().expect("snapshot");
+                let before = model.clone();
+                if db.commit(batch(&changes)).await.is_ok() {
+                    apply(&mut model, &changes);
+                }
+                for (k, _) in &changes {
+                    let got = snap.get(&key(*k)).await.expect("snapshot get");
+                    assert_eq!(got.as_ref(), before.get(&key(*k)), "snapshot isolation");
+                }
+                if model != contents(&db).await {
+                    // The commit failed and its outcome is unknown: resync as above.
+                    let mut with = before.clone();
+                    apply(&mut with, &changes);
+                    let got = contents(&db).await;
+                    assert!(got == before || got == with);
+                    model = got;
+                }
+            }
+            Action::FlushMemtable => {
+                let _ = db.flush_memtable().await; // a failure here loses nothing committed
+            }
+            Action::Reopen => {
+                let _ = db.close().await;
+                db = KvDb::open(store.clone(), "db", "db", &common::options(false))
+                    .await
+                    .expect("reopen");
+                assert_eq!(contents(&db).await, model, "contents after reopen");
+            }
+        }
+    }
+    faulty.set_config(FaultConfig::default());
+    drop(db);
+    let db = KvDb::open(store.clone(), "db", "db", &common::options(false))
+        .await
+        .expect("final reopen");
+    assert_eq!(contents(&db).await, model, "final contents");
+    db.close().await.expect("close");
+    store.close().await.expect("store close");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, max_shrink_iters: 20, ..ProptestConfig::default() })]
+
+    #[test]
+    fn kv_matches_a_btreemap_under_store_faults(
+        write_back in any::<bool>(),
+        seed in any::<u64>(),
+        actions in proptest::collection::vec(action(), 10..50),
+    ) {
+        let mode = if write_back { WriteMode::WriteBack } else { WriteMode::WriteThrough };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(run(mode, seed, actions));
+    }
+}
