@@ -83,3 +83,43 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+/// A short `tierdb bench oltp` race on a local directory: all four contestants, the table,
+/// the CSV files and the PNG.
+#[test]
+fn bench_oltp_smoke() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    let out = Command::new(env!("CARGO_BIN_EXE_tierdb"))
+        .args(["bench", "oltp", tmp.path().join("cap").to_str().unwrap()])
+        .args(["--rows", "2000", "--transactions", "150", "--clients", "4"])
+        .args(["--memory-bytes", "256KiB", "--cache-bytes", "8MiB"])
+        .args(["--memtable-bytes", "256KiB"])
+        .args(["--cache-dir", tmp.path().join("cache").to_str().unwrap()])
+        .args(["--out", out_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needle in [
+        "a: no device tier",
+        "b: device write-through",
+        "c: device write-back",
+        "raw slatedb",
+        "speedup of c: device write-back over a: no device tier",
+        "vs raw slatedb",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} missing from:\n{stdout}");
+    }
+    let csv = std::fs::read_to_string(out_dir.join("oltp.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 5, "{csv}");
+    for line in csv.lines().skip(1) {
+        assert_eq!(line.split(',').nth(1), Some("150"), "every race ran to the end: {line}");
+    }
+    let png = std::fs::read(out_dir.join("oltp-race.png")).unwrap();
+    assert_eq!(&png[..4], b"\x89PNG");
+}
