@@ -149,6 +149,9 @@ impl KvDb {
         options.validate(name)?;
         let path = Path::from(path);
         let marker = claim(&store, &path, name, options.create).await?;
+        // SlateDB claims the WAL with a direct create, decided by the capacity store (after a
+        // barrier that uploads whatever an earlier writer in this process left in the log).
+        store.stop_logging_creates_in(&wal_dir(&path));
         let object_store: Arc<dyn ObjectStore> = Arc::new(store.clone());
         let db = Db::builder(path.clone(), object_store)
             .with_settings(options.settings())
