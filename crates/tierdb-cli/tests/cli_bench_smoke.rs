@@ -113,12 +113,19 @@ fn bench_oltp_smoke() {
         "speedup of c: device write-back over a: no device tier",
         "vs raw slatedb",
     ] {
-        assert!(stdout.contains(needle), "{needle:?} missing from:\n{stdout}");
+        assert!(
+            stdout.contains(needle),
+            "{needle:?} missing from:\n{stdout}"
+        );
     }
     let csv = std::fs::read_to_string(out_dir.join("oltp.csv")).unwrap();
     assert_eq!(csv.lines().count(), 5, "{csv}");
     for line in csv.lines().skip(1) {
-        assert_eq!(line.split(',').nth(1), Some("150"), "every race ran to the end: {line}");
+        assert_eq!(
+            line.split(',').nth(1),
+            Some("150"),
+            "every race ran to the end: {line}"
+        );
     }
     let png = std::fs::read(out_dir.join("oltp-race.png")).unwrap();
     assert_eq!(&png[..4], b"\x89PNG");

@@ -248,3 +248,128 @@ fn put_get_ls_round_trip() {
         "no output file for a failed get"
     );
 }
+
+/// Lists every file under `dir` (for "nothing written" checks).
+fn files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.path().is_dir() {
+                out.extend(files(&e.path()));
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn kv_open_of_a_missing_database_names_it_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("nodb");
+    let db = db.to_str().unwrap();
+    for args in [
+        vec!["kv", "get", db, "k"],
+        vec!["kv", "put", db, "k", "v"],
+        vec!["kv", "scan", db],
+        vec!["info", db],
+    ] {
+        let out = tierdb(&args, &[]);
+        assert_clear_error(&out, &[db, "does not exist", "--create"]);
+    }
+    assert!(
+        files(tmp.path()).is_empty(),
+        "nothing written: {:?}",
+        files(tmp.path())
+    );
+}
+
+#[test]
+fn kv_open_of_a_foreign_prefix_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("photos");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cat.jpg"), b"jpeg").unwrap();
+    let out = tierdb(
+        &["kv", "put", dir.to_str().unwrap(), "k", "v", "--create"],
+        &[],
+    );
+    assert_clear_error(
+        &out,
+        &["is not a tierdb database", "cat.jpg", "tierdb.json"],
+    );
+    assert_eq!(files(tmp.path()).len(), 1, "nothing written");
+}
+
+#[test]
+fn kv_open_of_another_format_version_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("tierdb.json"),
+        br#"{"format":"tierdb-kv","version":7,"engine":"slatedb 9","created_ms":0}"#,
+    )
+    .unwrap();
+    let out = tierdb(&["kv", "put", dir.to_str().unwrap(), "k", "v"], &[]);
+    assert_clear_error(&out, &["format version 7", "reads version 1"]);
+    assert_eq!(files(tmp.path()).len(), 1, "nothing written");
+}
+
+#[test]
+fn kv_on_an_unreachable_store_says_so() {
+    let out = tierdb(
+        &["kv", "get", "s3://bucket/db", "k"],
+        &[
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+            ("AWS_ACCESS_KEY_ID", "x"),
+            ("AWS_SECRET_ACCESS_KEY", "y"),
+        ],
+    );
+    assert_clear_error(&out, &["127.0.0.1:9"]);
+}
+
+#[test]
+fn kv_database_url_without_a_prefix_is_refused() {
+    let out = tierdb(&["kv", "get", "s3://bucket", "k"], &[]);
+    assert_clear_error(&out, &["name a prefix in the bucket", "s3://bucket/mydb"]);
+}
+
+#[test]
+fn kv_round_trip_clone_and_info() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let db = db.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = tierdb(args, &[]);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["kv", "put", db, "a", "1", "--create"]);
+    run(&["kv", "put", db, "b\tx", "2"]);
+    assert_eq!(run(&["kv", "get", db, "a"]), "1");
+    assert_eq!(run(&["kv", "scan", db]), "a\t1\nb\\tx\t2\n");
+    let clone = tmp.path().join("clone");
+    let clone = clone.to_str().unwrap();
+    run(&["clone", db, clone]);
+    run(&["kv", "del", clone, "a"]);
+    assert_eq!(
+        run(&["kv", "get", db, "a"]),
+        "1",
+        "the source keeps its key"
+    );
+    let out = tierdb(&["kv", "get", clone, "a"], &[]);
+    assert_clear_error(&out, &["key \"a\" not found", clone]);
+    let info = run(&["info", clone]);
+    assert!(
+        info.contains("clone of") && info.contains("tierdb-kv v1"),
+        "{info}"
+    );
+    let out = tierdb(&["clone", db, clone], &[]);
+    assert_clear_error(&out, &["already exists"]);
+}
