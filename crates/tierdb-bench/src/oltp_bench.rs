@@ -613,16 +613,8 @@ pub fn render(report: &OltpReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<26} {:>8} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11}  {}",
-        "race",
-        "txns",
-        "seconds",
-        "txn/s",
-        "commit p50",
-        "commit p99",
-        "txn p50",
-        "txn p99",
-        "tiers (block hits: DRAM/device/capacity), commits per WAL flush"
+        "{:<26} {:>8} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11}  tiers (block hits: DRAM/device/capacity), commits per WAL flush",
+        "race", "txns", "seconds", "txn/s", "commit p50", "commit p99", "txn p50", "txn p99",
     );
     for r in &report.results {
         let tiers = r

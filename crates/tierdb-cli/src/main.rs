@@ -121,7 +121,7 @@ struct BenchOltpArgs {
     /// Capacity store URL (MinIO: s3://bucket/prefix with AWS_ENDPOINT_URL set).
     url: String,
     /// Table rows (keys are Gaussian over them).
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 400_000)]
     rows: u64,
     #[arg(long, default_value_t = 200)]
     value_bytes: usize,
