@@ -275,6 +275,9 @@ impl KvRead for KvDb {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>> {
+        if crate::range_is_empty(&range) {
+            return Ok(Vec::new());
+        }
         let iter = self
             .db
             .scan_with_options(bounds(&range), &scan_options())
@@ -341,6 +344,9 @@ impl KvRead for KvSnapshot {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>> {
+        if crate::range_is_empty(&range) {
+            return Ok(Vec::new());
+        }
         let iter = self
             .snap
             .scan_with_options(bounds(&range), &scan_options())
@@ -454,6 +460,9 @@ impl KvRead for KvReplica {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>> {
+        if crate::range_is_empty(&range) {
+            return Ok(Vec::new());
+        }
         let iter = self
             .reader
             .scan(bounds(&range))

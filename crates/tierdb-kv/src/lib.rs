@@ -83,6 +83,22 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Bytes> {
     None
 }
 
+/// Whether a key range holds no key at all (SlateDB refuses such ranges; we answer them
+/// with an empty result instead).
+pub fn range_is_empty(range: &(Bound<Bytes>, Bound<Bytes>)) -> bool {
+    use Bound::{Excluded, Included, Unbounded};
+    match (&range.0, &range.1) {
+        (Unbounded, _) | (_, Unbounded) => {
+            // Only "< empty key" is empty among half-open ranges.
+            matches!(&range.1, Excluded(e) if e.is_empty())
+        }
+        (Included(s), Included(e)) => s > e,
+        (Included(s), Excluded(e)) | (Excluded(s), Included(e)) | (Excluded(s), Excluded(e)) => {
+            s >= e
+        }
+    }
+}
+
 /// Reads, as every view of a database offers them.
 #[async_trait]
 pub trait KvRead: Send + Sync {
@@ -129,6 +145,20 @@ pub trait KvWrite: KvRead {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn empty_ranges_are_recognized() {
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        use Bound::{Excluded, Included, Unbounded};
+        assert!(range_is_empty(&(Included(b("a")), Excluded(b("a")))));
+        assert!(range_is_empty(&(Included(b("b")), Included(b("a")))));
+        assert!(range_is_empty(&(Excluded(b("a")), Included(b("a")))));
+        assert!(range_is_empty(&(Unbounded, Excluded(b("")))));
+        assert!(!range_is_empty(&(Included(b("a")), Included(b("a")))));
+        assert!(!range_is_empty(&(Included(b("a")), Excluded(b("b")))));
+        assert!(!range_is_empty(&(Unbounded, Unbounded)));
+        assert!(!range_is_empty(&(Excluded(b("a")), Unbounded)));
+    }
 
     #[test]
     fn prefix_end_skips_trailing_ff() {

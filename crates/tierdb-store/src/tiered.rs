@@ -729,6 +729,12 @@ impl ObjectStore for TieredStore {
             // Pending versions have no e_tag to compare; settle them first.
             log.barrier().await?;
         }
+        if options.head {
+            // Metadata requests go to the capacity store: its answer carries the object's
+            // attributes (which SlateDB checks to confirm a retried conditional put), and
+            // they are rare (no data is read).
+            return i.get_capacity(location, options).await;
+        }
         let cache = match &i.cache {
             Some(cache) if !has_preconditions(&options) => cache,
             _ => return i.get_capacity(location, options).await,
