@@ -75,6 +75,12 @@ pub struct KvArgs {
     /// SST block compression: zstd, lz4 or none.
     #[arg(long, default_value = "zstd")]
     pub compression: Compression,
+    /// How often the manifest is polled (fencing detection; a follower's lag).
+    #[arg(long, default_value = "500ms")]
+    pub poll_interval: humantime::Duration,
+    /// Do not run the compactor in this process.
+    #[arg(long)]
+    pub no_compaction: bool,
     #[command(flatten)]
     pub tiers: TierArgs,
 }
@@ -86,6 +92,8 @@ impl KvArgs {
             memtable_bytes: self.memtable_bytes.as_u64() as usize,
             max_unflushed_bytes: (self.memtable_bytes.as_u64() as usize * 8).max(64 << 20),
             compression: self.compression,
+            poll_interval: self.poll_interval.into(),
+            compaction: !self.no_compaction,
             ..KvOptions::default()
         }
     }
@@ -270,9 +278,17 @@ pub async fn run_kv(cmd: KvCommand) -> CliResult {
     }
 }
 
-/// `tierdb info DB`: reads the manifest without opening the database as writer.
+/// `tierdb info DB`: reads the manifest without opening the database as writer, and shows
+/// the tier statistics a process using `--cache-dir` left there.
 pub async fn run_info(db: String, tiers: TierArgs) -> CliResult {
-    let (store, path) = open_store(&db, &tiers).await?;
+    // The cache directory may be in use (locked) by the writer: read its statistics file
+    // only, and read the manifest through a DRAM-only store.
+    let cache_dir = tiers.cache_dir.clone();
+    let mut own = tiers.clone();
+    own.cache_dir = None;
+    own.cache_bytes = ByteSize(0);
+    own.write_mode = tierdb_store::WriteMode::WriteThrough;
+    let (store, path) = open_store(&db, &own).await?;
     let (marker, shape) = DbShape::read(&store, &path, &db)
         .await
         .map_err(|e| e.to_string())?;
@@ -312,8 +328,28 @@ pub async fn run_info(db: String, tiers: TierArgs) -> CliResult {
             shape.external_dbs.len()
         );
     }
-    println!("cache tiers (this process, while reading the manifest):");
-    print_tier_stats(&stats);
+    match &cache_dir {
+        Some(dir) => match tierdb_store::SavedStats::read(dir).map_err(|e| e.to_string())? {
+            Some(saved) => {
+                let age_s = tierdb_store_now_ms().saturating_sub(saved.taken_ms) as f64 / 1000.0;
+                println!(
+                    "cache tiers in {} (process {}, {:.0} s ago, serving {}):",
+                    dir.display(),
+                    saved.pid,
+                    age_s,
+                    saved.capacity
+                );
+                print_tier_stats(&saved.stats);
+            }
+            None => println!("cache tiers: {} holds no statistics yet", dir.display()),
+        },
+        None => {
+            println!(
+                "cache tiers (this process, reading the manifest; --cache-dir DIR shows a writer's):"
+            );
+            print_tier_stats(&stats);
+        }
+    }
     crate::close(&store).await
 }
 
@@ -418,4 +454,10 @@ pub async fn commit_stream(
         Ok(db) => finish(db).await,
         Err(_) => Ok(()),
     }
+}
+
+fn tierdb_store_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -44,7 +44,9 @@ pub use error::{Error, ErrorKind, Result};
 pub use fault::{FaultConfig, FaultStore};
 pub use options::{Eviction, TierOptions, WriteMode};
 pub use readcache::admission::{AdmissionPolicy, AdmitAll, SequentialCutoff};
-pub use stats::{CapacityStats, DeviceStats, DramStats, TierStats, WriteBackStats};
+pub use stats::{
+    CapacityStats, DeviceStats, DramStats, STATS_FILE, SavedStats, TierStats, WriteBackStats,
+};
 pub use tiered::TieredStore;
 
 mod cachedir;

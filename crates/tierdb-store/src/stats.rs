@@ -6,7 +6,7 @@ pub use crate::wblog::WriteBackStats;
 
 /// A snapshot of the tiered store's counters. Counters only grow; take two snapshots and
 /// subtract ([`TierStats::since`]) to measure an interval.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TierStats {
     pub dram: DramStats,
     pub device: DeviceStats,
@@ -17,7 +17,7 @@ pub struct TierStats {
     pub write_back: Option<WriteBackStats>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DramStats {
     pub hits: u64,
     pub hit_bytes: u64,
@@ -26,7 +26,7 @@ pub struct DramStats {
     pub capacity_bytes: u64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceStats {
     pub hits: u64,
     pub hit_bytes: u64,
@@ -37,7 +37,7 @@ pub struct DeviceStats {
 
 /// Requests the tiered store made to the capacity store (uploads by the write-back cleaner
 /// are in [`WriteBackStats`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CapacityStats {
     /// Block reads that missed both read tiers.
     pub misses: u64,
@@ -115,4 +115,45 @@ pub(crate) struct CapacityCounters {
 
 pub(crate) fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// Where a store with a cache directory leaves its latest statistics, so that another
+/// process (`tierdb info --cache-dir`) can show them while the directory is in use.
+pub const STATS_FILE: &str = "STATS.json";
+
+/// Statistics saved in a cache directory, with when they were taken.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SavedStats {
+    /// Milliseconds since the Unix epoch.
+    pub taken_ms: u64,
+    /// The capacity store the directory serves.
+    pub capacity: String,
+    pub pid: u32,
+    pub stats: TierStats,
+}
+
+impl SavedStats {
+    /// Reads `STATS.json` from `cache_dir`; `Ok(None)` if there is none.
+    pub fn read(cache_dir: &std::path::Path) -> crate::Result<Option<SavedStats>> {
+        let path = cache_dir.join(STATS_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                crate::Error::io(
+                    "cannot parse",
+                    path,
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(crate::Error::io("cannot read", path, e)),
+        }
+    }
+
+    /// Writes atomically (temporary file, rename); no fsync: statistics are advisory.
+    pub(crate) fn write(&self, cache_dir: &std::path::Path) -> std::io::Result<()> {
+        let tmp = cache_dir.join(format!("{STATS_FILE}.tmp"));
+        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, cache_dir.join(STATS_FILE))
+    }
 }

@@ -57,6 +57,9 @@ use crate::stats::{CapacityCounters, CapacityStats, DeviceStats, DramStats, Tier
 use crate::wblog::format_v1::RecordKind;
 use crate::wblog::{self, Entry, LogOptions, WbLog};
 
+/// How often a store with a cache directory saves its statistics there.
+const STATS_SAVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Block fetches of one read that run at once.
 const READ_FANOUT: usize = 8;
 
@@ -148,7 +151,7 @@ impl TieredStore {
             )?),
             None => None,
         };
-        Ok(Self {
+        let store = Self {
             inner: Arc::new(Inner {
                 name,
                 capacity,
@@ -161,7 +164,38 @@ impl TieredStore {
                 logged_create_dirs: parking_lot::RwLock::new(Vec::new()),
                 _cache_dir: cache_dir,
             }),
-        })
+        };
+        if store.inner._cache_dir.is_some() {
+            // Leave statistics where another process can read them (`tierdb info`).
+            let weak = Arc::downgrade(&store.inner);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(STATS_SAVE_INTERVAL);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    let Some(inner) = weak.upgrade() else { break };
+                    TieredStore { inner }.save_stats();
+                }
+            });
+        }
+        Ok(store)
+    }
+
+    /// Writes the current statistics to the cache directory's `STATS.json` (advisory: a
+    /// failure is logged, not returned).
+    pub fn save_stats(&self) {
+        let Some(dir) = &self.inner._cache_dir else {
+            return;
+        };
+        let saved = crate::stats::SavedStats {
+            taken_ms: crate::wblog::now_ms(),
+            capacity: self.inner.name.clone(),
+            pid: std::process::id(),
+            stats: self.stats(),
+        };
+        if let Err(e) = saved.write(&dir.root) {
+            tracing::warn!(dir = %dir.root.display(), error = %e, "cannot save tier statistics");
+        }
     }
 
     /// The capacity store under the tiers.
@@ -225,6 +259,7 @@ impl TieredStore {
         if let Some(cache) = &self.inner.cache {
             cache.close().await?;
         }
+        self.save_stats();
         flushed
     }
 
@@ -733,7 +768,8 @@ impl ObjectStore for TieredStore {
             // Metadata requests go to the capacity store: its answer carries the object's
             // attributes (which SlateDB checks to confirm a retried conditional put), and
             // they are rare (no data is read).
-            return i.get_capacity(location, options).await;
+            bump(&i.counters.heads, 1);
+            return i.capacity.get_opts(location, options).await;
         }
         let cache = match &i.cache {
             Some(cache) if !has_preconditions(&options) => cache,

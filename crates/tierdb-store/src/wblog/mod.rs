@@ -287,7 +287,7 @@ pub(crate) struct Shared {
 }
 
 /// Write-back statistics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WriteBackStats {
     pub dirty_bytes: u64,
     pub dirty_bytes_max: u64,
