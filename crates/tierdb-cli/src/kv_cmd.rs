@@ -69,6 +69,9 @@ pub struct KvArgs {
     /// Create the database if it does not exist.
     #[arg(long)]
     pub create: bool,
+    /// Become the writer even if another process is writing (it is fenced).
+    #[arg(long)]
+    pub take_over: bool,
     /// Memtable size before it is written as an L0 SST.
     #[arg(long, default_value = "16MiB")]
     pub memtable_bytes: ByteSize,
@@ -89,6 +92,7 @@ impl KvArgs {
     pub fn options(&self) -> KvOptions {
         KvOptions {
             create: self.create,
+            take_over: self.take_over,
             memtable_bytes: self.memtable_bytes.as_u64() as usize,
             max_unflushed_bytes: (self.memtable_bytes.as_u64() as usize * 8).max(64 << 20),
             compression: self.compression,
@@ -321,6 +325,23 @@ pub async fn run_info(db: String, tiers: TierArgs) -> CliResult {
         "WAL           replay after #{}, next #{}",
         shape.replay_after_wal_id, shape.next_wal_id
     );
+    let lease = tierdb_kv::lease::read(&store, &object_store::path::Path::from(path.as_str()), &db)
+        .await
+        .map_err(|e| e.to_string())?;
+    match lease {
+        Some(l) => println!(
+            "writer        process {} on {}, heartbeat {:.1} s ago ({})",
+            l.pid,
+            l.host,
+            l.age().as_secs_f64(),
+            if l.is_live() {
+                "running"
+            } else {
+                "stale: crashed or stopped"
+            }
+        ),
+        None => println!("writer        none (the last one closed cleanly)"),
+    }
     println!("checkpoints   {}", shape.checkpoints);
     if !shape.external_dbs.is_empty() {
         println!(
@@ -331,7 +352,8 @@ pub async fn run_info(db: String, tiers: TierArgs) -> CliResult {
     match &cache_dir {
         Some(dir) => match tierdb_store::SavedStats::read(dir).map_err(|e| e.to_string())? {
             Some(saved) => {
-                let age_s = tierdb_store_now_ms().saturating_sub(saved.taken_ms) as f64 / 1000.0;
+                let age_s =
+                    tierdb_kv::lease::now_ms().saturating_sub(saved.taken_ms) as f64 / 1000.0;
                 println!(
                     "cache tiers in {} (process {}, {:.0} s ago, serving {}):",
                     dir.display(),
@@ -415,7 +437,8 @@ pub fn print_tier_stats(stats: &tierdb_store::TierStats) {
     }
 }
 
-/// `tierdb debug kv-commit-stream`, for the crash tests.
+/// `tierdb debug kv-commit-stream`, for the crash tests: prints "acked i" per commit; the
+/// first failed commit ends the run with its error.
 pub async fn commit_stream(
     url: &str,
     count: u64,
@@ -424,7 +447,7 @@ pub async fn commit_stream(
     kv: &KvArgs,
 ) -> CliResult {
     let db = std::sync::Arc::new(open_db(url, kv).await?);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<u64, String>>();
     let writers = writers.max(1);
     for w in 0..writers {
         let (db, tx) = (db.clone(), tx.clone());
@@ -435,7 +458,9 @@ pub async fn commit_stream(
                 for r in 0..rows {
                     batch.put(format!("b{i:08}/r{r:03}"), format!("v{i}"));
                 }
-                if db.commit(batch).await.is_err() || tx.send(i).is_err() {
+                let result = db.commit(batch).await.map(|_| i).map_err(|e| e.to_string());
+                let failed = result.is_err();
+                if tx.send(result).is_err() || failed {
                     return;
                 }
                 i += writers;
@@ -444,8 +469,8 @@ pub async fn commit_stream(
     }
     drop(tx);
     let mut out = std::io::stdout().lock();
-    while let Some(i) = rx.recv().await {
-        writeln!(out, "acked {i}")
+    while let Some(acked) = rx.recv().await {
+        writeln!(out, "acked {}", acked?)
             .and_then(|()| out.flush())
             .map_err(|e| e.to_string())?;
     }
@@ -454,10 +479,4 @@ pub async fn commit_stream(
         Ok(db) => finish(db).await,
         Err(_) => Ok(()),
     }
-}
-
-fn tierdb_store_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

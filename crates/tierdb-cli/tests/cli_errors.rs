@@ -373,3 +373,60 @@ fn kv_round_trip_clone_and_info() {
     let out = tierdb(&["clone", db, clone], &[]);
     assert_clear_error(&out, &["already exists"]);
 }
+
+#[test]
+fn a_second_writer_is_refused_while_the_first_runs_unless_it_takes_over() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let db = db.to_str().unwrap();
+    let mut first = Command::new(env!("CARGO_BIN_EXE_tierdb"))
+        .args([
+            "debug",
+            "kv-commit-stream",
+            db,
+            "--create",
+            "--writers",
+            "1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
+    for _ in 0..20 {
+        lines.next().unwrap().unwrap(); // the first writer is committing
+    }
+    let out = tierdb(&["kv", "put", db, "k", "v"], &[]);
+    assert_clear_error(
+        &out,
+        &[
+            "has a running writer",
+            "--take-over",
+            &first.id().to_string(),
+        ],
+    );
+    // Reads do not need the writer's consent.
+    let out = tierdb(&["kv", "scan", db, "--limit", "1"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = tierdb(&["kv", "put", db, "k", "v", "--take-over"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The first writer is fenced: its next commit fails, clearly, and it exits non-zero.
+    let status = first.wait().unwrap();
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut first.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("fenced"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let out = tierdb(&["kv", "get", db, "k"], &[]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "v");
+}

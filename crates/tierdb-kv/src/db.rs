@@ -97,6 +97,8 @@ pub struct KvDb {
     db: Db,
     group: GroupCommit,
     marker: Marker,
+    /// Stops the lease heartbeat.
+    heartbeat: parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl std::fmt::Debug for KvDb {
@@ -149,6 +151,7 @@ impl KvDb {
         options.validate(name)?;
         let path = Path::from(path);
         let marker = claim(&store, &path, name, options.create).await?;
+        crate::lease::check(&store, &path, name, options.take_over).await?;
         // SlateDB claims the WAL with a direct create, decided by the capacity store (after a
         // barrier that uploads whatever an earlier writer in this process left in the log).
         store.stop_logging_creates_in(&wal_dir(&path));
@@ -162,6 +165,9 @@ impl KvDb {
         // SlateDB has claimed the WAL (a direct create of its fence object); from now on its
         // WAL objects may be acknowledged from the device log.
         store.log_creates_in(&wal_dir(&path));
+        let lease = crate::lease::Lease::new();
+        lease.write(&store, &path, name).await?;
+        let heartbeat = spawn_heartbeat(store.clone(), path.clone(), lease);
         Ok(KvDb {
             name: name.to_string(),
             path,
@@ -169,6 +175,7 @@ impl KvDb {
             db,
             group: GroupCommit::default(),
             marker,
+            heartbeat: parking_lot::Mutex::new(Some(heartbeat)),
         })
     }
 
@@ -233,11 +240,20 @@ impl KvDb {
 
     /// Flushes and closes the database, then drains the store's write-back log.
     pub async fn close(&self) -> Result<()> {
+        let heartbeat = self.heartbeat.lock().take();
+        if let Some(stop) = heartbeat {
+            let _ = stop.send(());
+        }
         let closed = self
             .db
             .close()
             .await
             .map_err(|e| KvError::engine(&self.name, "close", e));
+        if closed.is_ok() {
+            // Released: the next writer need not wait for the lease to go stale.
+            let lease = crate::lease::lease_path(&self.path);
+            let _ = object_store::ObjectStoreExt::delete(&self.store, &lease).await;
+        }
         self.store.stop_logging_creates_in(&wal_dir(&self.path));
         let flushed = self
             .store
@@ -255,6 +271,39 @@ impl KvDb {
             None => Ok(()),
         }
     }
+}
+
+/// Refreshes the writer lease every [`crate::lease::HEARTBEAT`] until stopped or fenced.
+fn spawn_heartbeat(
+    store: TieredStore,
+    path: Path,
+    mut lease: crate::lease::Lease,
+) -> tokio::sync::oneshot::Sender<()> {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(crate::lease::HEARTBEAT);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                _ = tick.tick() => {}
+            }
+            if store.fenced(&wal_dir(&path)).is_some() {
+                break;
+            }
+            // Taken over: a newer writer's lease is there; leave it alone. (An older one is a
+            // fenced writer's last heartbeat racing ours: write ours again.)
+            match crate::lease::read(&store, &path, path.as_ref()).await {
+                Ok(Some(current)) if current.opened_ms > lease.opened_ms => break,
+                _ => {}
+            }
+            lease.heartbeat_ms = crate::lease::now_ms();
+            if let Err(e) = lease.write(&store, &path, path.as_ref()).await {
+                tracing::warn!(db = %path, error = %e, "cannot refresh the writer lease");
+            }
+        }
+    });
+    stop
 }
 
 fn wal_dir(db: &Path) -> Path {

@@ -58,6 +58,18 @@ pub enum KvError {
     )]
     Fenced { db: String },
 
+    #[error(
+        "database {db} has a running writer (process {pid} on {host}, heartbeat {age_ms} ms \
+         ago); stop it first, read with a read-only open, or pass --take-over \
+         (KvOptions::take_over) to fence it and become the writer"
+    )]
+    WriterActive {
+        db: String,
+        host: String,
+        pid: u32,
+        age_ms: u64,
+    },
+
     #[error("database {db} is closed")]
     Closed { db: String },
 
@@ -86,6 +98,7 @@ impl KvError {
             KvError::NotFound { .. }
             | KvError::NotTierdb { .. }
             | KvError::AlreadyExists { .. }
+            | KvError::WriterActive { .. }
             | KvError::Invalid { .. } => ErrorKind::Input,
             KvError::BadMarker { .. } | KvError::VersionMismatch { .. } => ErrorKind::Data,
             KvError::Fenced { .. } | KvError::Closed { .. } => ErrorKind::Reopen,

@@ -20,6 +20,7 @@ use bytes::Bytes;
 
 mod db;
 mod error;
+pub mod lease;
 pub mod marker;
 mod options;
 

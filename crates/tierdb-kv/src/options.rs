@@ -30,6 +30,8 @@ impl std::str::FromStr for Compression {
 pub struct KvOptions {
     /// Create the database if its prefix is empty. Without it, an empty prefix is an error.
     pub create: bool,
+    /// Open even if another writer's lease is live, fencing it (see [`crate::lease`]).
+    pub take_over: bool,
     /// Memtable size at which it is frozen and written as an L0 SST.
     pub memtable_bytes: usize,
     /// Unflushed bytes (WAL and memtables) beyond which writers wait.
@@ -59,6 +61,7 @@ impl Default for KvOptions {
     fn default() -> Self {
         KvOptions {
             create: false,
+            take_over: false,
             memtable_bytes: 16 << 20,
             max_unflushed_bytes: 256 << 20,
             background_flush: Some(Duration::from_millis(100)),
