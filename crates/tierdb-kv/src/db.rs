@@ -166,7 +166,10 @@ impl KvDb {
         // WAL objects may be acknowledged from the device log.
         store.log_creates_in(&wal_dir(&path));
         let lease = crate::lease::Lease::new();
-        lease.write(&store, &path, name).await?;
+        if let Err(e) = lease.write(&store, &path, name).await {
+            // Advisory: the heartbeat writes it again within a second.
+            tracing::warn!(db = name, error = %e, "cannot write the writer lease");
+        }
         let heartbeat = spawn_heartbeat(store.clone(), path.clone(), lease);
         Ok(KvDb {
             name: name.to_string(),

@@ -112,7 +112,18 @@ impl Default for Lease {
 
 /// Fails if another writer holds a live lease and `take_over` is off.
 pub async fn check(store: &dyn ObjectStore, db: &Path, name: &str, take_over: bool) -> Result<()> {
-    match read(store, db, name).await? {
+    let mut attempt = 0;
+    let lease = loop {
+        match read(store, db, name).await {
+            Ok(lease) => break lease,
+            Err(e) if attempt >= 3 || e.kind() != crate::ErrorKind::Retry => return Err(e),
+            Err(_) => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+        }
+    };
+    match lease {
         Some(lease) if lease.is_live() && !take_over => Err(KvError::WriterActive {
             db: name.to_string(),
             age_ms: lease.age().as_millis() as u64,
