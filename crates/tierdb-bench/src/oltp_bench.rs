@@ -157,7 +157,33 @@ impl KvRead for RawSlate {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> KvResult<Vec<(Bytes, Bytes)>> {
-        let mut it = self.db.scan(range).await.map_err(raw_err)?;
+        self.scan_with(range, limit, slatedb::IterationOrder::Ascending)
+            .await
+    }
+
+    async fn scan_desc(
+        &self,
+        range: (Bound<Bytes>, Bound<Bytes>),
+        limit: Option<usize>,
+    ) -> KvResult<Vec<(Bytes, Bytes)>> {
+        self.scan_with(range, limit, slatedb::IterationOrder::Descending)
+            .await
+    }
+}
+
+impl RawSlate {
+    async fn scan_with(
+        &self,
+        range: (Bound<Bytes>, Bound<Bytes>),
+        limit: Option<usize>,
+        order: slatedb::IterationOrder,
+    ) -> KvResult<Vec<(Bytes, Bytes)>> {
+        let options = slatedb::config::ScanOptions::new().with_order(order);
+        let mut it = self
+            .db
+            .scan_with_options(range, &options)
+            .await
+            .map_err(raw_err)?;
         let mut out = Vec::new();
         while limit.is_none_or(|l| out.len() < l) {
             match it.next().await.map_err(raw_err)? {

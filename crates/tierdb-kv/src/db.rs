@@ -28,6 +28,10 @@ fn scan_options() -> ScanOptions {
     ScanOptions::new().with_durability_filter(DurabilityLevel::Remote)
 }
 
+fn scan_desc_options() -> ScanOptions {
+    scan_options().with_order(slatedb::IterationOrder::Descending)
+}
+
 fn bounds(range: &(Bound<Bytes>, Bound<Bytes>)) -> (Bound<Bytes>, Bound<Bytes>) {
     (range.0.clone(), range.1.clone())
 }
@@ -327,12 +331,31 @@ impl KvRead for KvDb {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>> {
+        self.scan_ordered(range, limit, &scan_options()).await
+    }
+
+    async fn scan_desc(
+        &self,
+        range: (Bound<Bytes>, Bound<Bytes>),
+        limit: Option<usize>,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        self.scan_ordered(range, limit, &scan_desc_options()).await
+    }
+}
+
+impl KvDb {
+    async fn scan_ordered(
+        &self,
+        range: (Bound<Bytes>, Bound<Bytes>),
+        limit: Option<usize>,
+        options: &ScanOptions,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
         if crate::range_is_empty(&range) {
             return Ok(Vec::new());
         }
         let iter = self
             .db
-            .scan_with_options(bounds(&range), &scan_options())
+            .scan_with_options(bounds(&range), options)
             .await
             .map_err(|e| KvError::engine(&self.name, "scan", e))?;
         drain(&self.name, iter, limit).await
@@ -402,6 +425,22 @@ impl KvRead for KvSnapshot {
         let iter = self
             .snap
             .scan_with_options(bounds(&range), &scan_options())
+            .await
+            .map_err(|e| KvError::engine(&self.name, "scan", e))?;
+        drain(&self.name, iter, limit).await
+    }
+
+    async fn scan_desc(
+        &self,
+        range: (Bound<Bytes>, Bound<Bytes>),
+        limit: Option<usize>,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        if crate::range_is_empty(&range) {
+            return Ok(Vec::new());
+        }
+        let iter = self
+            .snap
+            .scan_with_options(bounds(&range), &scan_desc_options())
             .await
             .map_err(|e| KvError::engine(&self.name, "scan", e))?;
         drain(&self.name, iter, limit).await
@@ -518,6 +557,23 @@ impl KvRead for KvReplica {
         let iter = self
             .reader
             .scan(bounds(&range))
+            .await
+            .map_err(|e| KvError::engine(&self.name, "scan", e))?;
+        drain(&self.name, iter, limit).await
+    }
+
+    async fn scan_desc(
+        &self,
+        range: (Bound<Bytes>, Bound<Bytes>),
+        limit: Option<usize>,
+    ) -> Result<Vec<(Bytes, Bytes)>> {
+        if crate::range_is_empty(&range) {
+            return Ok(Vec::new());
+        }
+        let options = ScanOptions::new().with_order(slatedb::IterationOrder::Descending);
+        let iter = self
+            .reader
+            .scan_with_options(bounds(&range), &options)
             .await
             .map_err(|e| KvError::engine(&self.name, "scan", e))?;
         drain(&self.name, iter, limit).await

@@ -112,6 +112,13 @@ pub trait KvRead: Send + Sync {
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>>;
 
+    /// Keys in `range`, descending (newest-first layouts: "the last key before X").
+    async fn scan_desc(
+        &self,
+        range: (Bound<Bytes>, Bound<Bytes>),
+        limit: Option<usize>,
+    ) -> Result<Vec<(Bytes, Bytes)>>;
+
     /// Keys starting with `prefix`, ascending.
     async fn scan_prefix(
         &self,

@@ -36,6 +36,18 @@ async fn commits_are_read_back_after_reopen_in_every_mode() {
         db.delete(b"k0007").await.unwrap();
         assert_eq!(db.get(b"k0003").await.unwrap(), Some(Bytes::from("v3")));
         assert_eq!(db.get(b"k0007").await.unwrap(), None);
+        let newest = db
+            .scan_desc(
+                (
+                    Bound::Included(Bytes::from("k")),
+                    Bound::Excluded(Bytes::from("k0005")),
+                ),
+                Some(2),
+            )
+            .await
+            .unwrap();
+        let keys: Vec<_> = newest.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(keys, vec!["k0004", "k0003"], "{mode}: descending scan");
         let got = db.scan_prefix(b"k00", Some(5)).await.unwrap();
         let keys: Vec<_> = got.iter().map(|(k, _)| k.clone()).collect();
         assert_eq!(keys, vec!["k0000", "k0001", "k0002", "k0003", "k0004"]);
