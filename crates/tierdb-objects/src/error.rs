@@ -1,0 +1,47 @@
+//! Errors of the object store, shaped after ZODB's: a conflict names the object and both
+//! serials, a missing object names the object (POSKeyError), and so on.
+
+use crate::ids::{Oid, Tid};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ObjError {
+    /// The object has no revision (at that time): ZODB's POSKeyError.
+    #[error("object {oid} not found{}", at.map(|t| format!(" before {t}")).unwrap_or_default())]
+    NotFound { oid: Oid, at: Option<Tid> },
+
+    /// The object has no revision with that serial.
+    #[error("object {oid} has no revision {serial}")]
+    NoRevision { oid: Oid, serial: Tid },
+
+    /// A write based on an old revision: ZODB's ConflictError(oid, serials=(committed, old)).
+    #[error(
+        "conflict on object {oid}: committed revision is {committed}, the write was based on {old}"
+    )]
+    Conflict { oid: Oid, committed: Tid, old: Tid },
+
+    /// A read-current check failed: ZODB's ReadConflictError.
+    #[error(
+        "object {oid} changed since it was read: committed revision is {committed}, read {read}"
+    )]
+    ReadConflict { oid: Oid, committed: Tid, read: Tid },
+
+    /// Undo is impossible because a later transaction changed the object: ZODB's UndoError.
+    #[error("cannot undo transaction {tid}: object {oid} was changed by a later transaction")]
+    Undo { tid: Tid, oid: Oid },
+
+    #[error("transaction {tid} not found")]
+    NoTransaction { tid: Tid },
+
+    /// Bad use of the API (e.g. a restore with a tid not after the last one).
+    #[error("{0}")]
+    Invalid(String),
+
+    /// A stored record could not be decoded.
+    #[error("damaged record {key}: {reason}")]
+    Damaged { key: String, reason: String },
+
+    #[error(transparent)]
+    Kv(#[from] tierdb_kv::KvError),
+}
+
+pub type Result<T, E = ObjError> = std::result::Result<T, E>;

@@ -1,0 +1,819 @@
+//! [`VersionedStore`]: every revision of every object, two-phase commit, undo, pack.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tierdb_kv::{Batch, KvDb, KvRead, KvWrite, prefix_end};
+
+use crate::error::{ObjError, Result};
+use crate::ids::{Oid, Tid};
+use crate::records::{self, DataRecord, Hash, Meta, Revision, TxnMeta, TxnRecord};
+
+/// Data up to this size is stored inside its data record; larger data is split.
+pub const INLINE_MAX: usize = 256 << 10;
+/// Size of the chunks a large record's compressed bytes are split into.
+pub const CHUNK_BYTES: usize = 1 << 20;
+/// Oids reserved per durable reservation.
+const OID_BLOCK: u64 = 128;
+/// Changes per key-value commit during pack.
+const PACK_BATCH: usize = 2000;
+
+fn prefix(p: Bytes) -> (Bound<Bytes>, Bound<Bytes>) {
+    let end = prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded);
+    (Bound::Included(p), end)
+}
+
+/// One revision as history shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub tid: Tid,
+    pub size: u64,
+    pub txn: TxnRecord,
+}
+
+/// One record of a transaction, as iteration shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataRecordInfo {
+    pub oid: Oid,
+    pub tid: Tid,
+    /// `None`: no data (an undone creation).
+    pub data: Option<Bytes>,
+    pub data_txn: Option<Tid>,
+}
+
+/// A transaction as iteration shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionInfo {
+    pub tid: Tid,
+    pub record: TxnRecord,
+    pub records: Vec<DataRecordInfo>,
+}
+
+/// What a pack did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PackStats {
+    pub revisions_removed: u64,
+    pub objects_removed: u64,
+    pub data_removed: u64,
+    pub transactions_removed: u64,
+}
+
+/// Counts for `tierdb zodb stats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub objects: u64,
+    pub revisions: u64,
+    pub transactions: u64,
+    pub data_records: u64,
+    /// Sum of the sizes of every revision's data (what a store without dedup would hold).
+    pub logical_bytes: u64,
+    /// Sum of raw sizes of the distinct data records.
+    pub unique_bytes: u64,
+    /// Bytes stored for the data records (after compression).
+    pub stored_bytes: u64,
+}
+
+/// A transaction being built: the first phase of two-phase commit.
+#[derive(Debug, Default)]
+pub struct Txn {
+    meta: TxnMeta,
+    stores: BTreeMap<Oid, (Tid, Option<Bytes>)>,
+    read_current: BTreeMap<Oid, Tid>,
+    undos: Vec<Tid>,
+    /// Restore: copy revisions with given tids and data_txn, no conflict checks.
+    restore: Option<Tid>,
+    restored: BTreeMap<Oid, (Option<Bytes>, Option<Tid>)>,
+}
+
+impl Txn {
+    pub fn new(meta: TxnMeta) -> Self {
+        Txn {
+            meta,
+            ..Txn::default()
+        }
+    }
+
+    /// A transaction that copies another storage's transaction `tid` (ZODB's restore).
+    pub fn restoring(meta: TxnMeta, tid: Tid) -> Self {
+        Txn {
+            meta,
+            restore: Some(tid),
+            ..Txn::default()
+        }
+    }
+
+    /// Stores `data` as the new revision of `oid`, based on revision `serial`
+    /// (`Tid::ZERO` for a new object). `None` data marks the object as having no data.
+    pub fn store(&mut self, oid: Oid, serial: Tid, data: Option<Bytes>) {
+        self.stores.insert(oid, (serial, data));
+    }
+
+    /// Restore: `oid`'s revision in this transaction holds `data` (or the data of
+    /// `data_txn`'s revision when `data` is `None` and `data_txn` is set).
+    pub fn restore(&mut self, oid: Oid, data: Option<Bytes>, data_txn: Option<Tid>) {
+        self.restored.insert(oid, (data, data_txn));
+    }
+
+    /// Fails the vote unless `oid`'s current revision is still `serial`.
+    pub fn check_current(&mut self, oid: Oid, serial: Tid) {
+        self.read_current.insert(oid, serial);
+    }
+
+    /// Undoes transaction `tid` as part of this transaction.
+    pub fn undo(&mut self, tid: Tid) {
+        self.undos.push(tid);
+    }
+}
+
+/// A transaction that passed its vote: conflicts checked, data durable, tid assigned,
+/// the commit lock held until finish or abort.
+#[derive(Debug)]
+pub struct Voted {
+    pub tid: Tid,
+    /// Objects written, with their new revision.
+    pub revisions: BTreeMap<Oid, Revision>,
+    meta: TxnMeta,
+    _lock: tokio::sync::OwnedMutexGuard<()>,
+}
+
+/// The versioned transactional object store on one key-value database.
+#[derive(Debug)]
+pub struct VersionedStore {
+    kv: Arc<KvDb>,
+    meta: parking_lot::Mutex<Meta>,
+    next_oid: parking_lot::Mutex<u64>,
+    commit: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl VersionedStore {
+    /// Opens the object store kept in `kv` (an empty database becomes an empty store).
+    pub async fn open(kv: Arc<KvDb>) -> Result<Self> {
+        let key = records::meta_key();
+        let meta = match kv.get(&key).await? {
+            Some(v) => Meta::decode(&key, &v)?,
+            None => Meta::default(),
+        };
+        Ok(VersionedStore {
+            next_oid: parking_lot::Mutex::new(meta.oid_reserved),
+            meta: parking_lot::Mutex::new(meta),
+            kv,
+            commit: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    }
+
+    pub fn kv(&self) -> &Arc<KvDb> {
+        &self.kv
+    }
+
+    /// The tid of the last committed transaction (`Tid::ZERO` when empty).
+    pub fn last_tid(&self) -> Tid {
+        self.meta.lock().last_tid
+    }
+
+    /// A new object id, never handed out before (oids are reserved durably in blocks, so a
+    /// crash can leave gaps but never reuse one).
+    pub async fn new_oid(&self) -> Result<Oid> {
+        loop {
+            {
+                let mut next = self.next_oid.lock();
+                let reserved = self.meta.lock().oid_reserved;
+                if *next < reserved {
+                    let oid = Oid(*next);
+                    *next += 1;
+                    return Ok(oid);
+                }
+            }
+            let _lock = self.commit.lock().await;
+            let mut meta = *self.meta.lock();
+            if *self.next_oid.lock() < meta.oid_reserved {
+                continue;
+            }
+            meta.oid_reserved += OID_BLOCK;
+            let mut b = Batch::new();
+            b.put(records::meta_key(), meta.encode());
+            self.kv.commit(b).await?;
+            *self.meta.lock() = meta;
+        }
+    }
+
+    /// Makes sure oids up to `oid` are never handed out (after storing a client-chosen oid).
+    fn note_oid(meta: &mut Meta, oid: Oid) {
+        meta.oid_reserved = meta.oid_reserved.max(oid.0.saturating_add(1));
+    }
+
+    async fn current(&self, oid: Oid) -> Result<Option<(Tid, Revision)>> {
+        let got = self
+            .kv
+            .scan_desc(prefix(records::rev_prefix(oid)), Some(1))
+            .await?;
+        match got.first() {
+            Some((k, v)) => {
+                let (_, tid) = records::parse_rev_key(k).ok_or_else(|| ObjError::Damaged {
+                    key: format!("{k:?}"),
+                    reason: "not a revision key".into(),
+                })?;
+                Ok(Some((tid, Revision::decode(k, v)?)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn revision(&self, oid: Oid, tid: Tid) -> Result<Option<Revision>> {
+        let key = records::rev_key(oid, tid);
+        match self.kv.get(&key).await? {
+            Some(v) => Ok(Some(Revision::decode(&key, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The current data and serial of `oid`.
+    pub async fn load(&self, oid: Oid) -> Result<(Bytes, Tid)> {
+        match self.current(oid).await? {
+            Some((tid, Revision { data: Some(h), .. })) => Ok((self.read_data(&h).await?, tid)),
+            _ => Err(ObjError::NotFound { oid, at: None }),
+        }
+    }
+
+    /// The revision of `oid` current just before `tid`: (data, its tid, the tid of the next
+    /// revision if any). `None` if the object had no data then.
+    pub async fn load_before(
+        &self,
+        oid: Oid,
+        tid: Tid,
+    ) -> Result<Option<(Bytes, Tid, Option<Tid>)>> {
+        let lo = records::rev_prefix(oid);
+        let range = (
+            Bound::Included(lo.clone()),
+            Bound::Excluded(records::rev_key(oid, tid)),
+        );
+        let got = self.kv.scan_desc(range, Some(1)).await?;
+        let Some((k, v)) = got.first() else {
+            return Ok(None);
+        };
+        let (_, start) = records::parse_rev_key(k).ok_or_else(|| ObjError::Damaged {
+            key: format!("{k:?}"),
+            reason: "not a revision key".into(),
+        })?;
+        let rev = Revision::decode(k, v)?;
+        let next = self
+            .kv
+            .scan(
+                (Bound::Included(records::rev_key(oid, tid)), prefix(lo).1),
+                Some(1),
+            )
+            .await?
+            .first()
+            .and_then(|(k, _)| records::parse_rev_key(k))
+            .map(|(_, t)| t);
+        match rev.data {
+            Some(h) => Ok(Some((self.read_data(&h).await?, start, next))),
+            None => Ok(None),
+        }
+    }
+
+    /// The data of `oid`'s revision `serial`.
+    pub async fn load_serial(&self, oid: Oid, serial: Tid) -> Result<Bytes> {
+        match self.revision(oid, serial).await? {
+            Some(Revision { data: Some(h), .. }) => self.read_data(&h).await,
+            Some(_) => Err(ObjError::NotFound {
+                oid,
+                at: Some(serial),
+            }),
+            None => Err(ObjError::NoRevision { oid, serial }),
+        }
+    }
+
+    /// Up to `size` revisions of `oid`, newest first.
+    pub async fn history(&self, oid: Oid, size: usize) -> Result<Vec<HistoryEntry>> {
+        let revs = self
+            .kv
+            .scan_desc(prefix(records::rev_prefix(oid)), Some(size.max(1)))
+            .await?;
+        if revs.is_empty() {
+            return Err(ObjError::NotFound { oid, at: None });
+        }
+        let mut out = Vec::with_capacity(revs.len());
+        for (k, v) in revs {
+            let Some((_, tid)) = records::parse_rev_key(&k) else {
+                continue;
+            };
+            let rev = Revision::decode(&k, &v)?;
+            let size = match rev.data {
+                Some(h) => self.data_record(&h).await?.raw_len,
+                None => 0,
+            };
+            out.push(HistoryEntry {
+                tid,
+                size,
+                txn: self.txn_record(tid).await?,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn txn_record(&self, tid: Tid) -> Result<TxnRecord> {
+        let key = records::txn_key(tid);
+        match self.kv.get(&key).await? {
+            Some(v) => TxnRecord::decode(&key, &v),
+            None => Err(ObjError::NoTransaction { tid }),
+        }
+    }
+
+    async fn data_record(&self, h: &Hash) -> Result<DataRecord> {
+        let key = records::data_key(h);
+        match self.kv.get(&key).await? {
+            Some(v) => DataRecord::decode(&key, &v),
+            None => Err(ObjError::Damaged {
+                key: format!("d{}", hex(h)),
+                reason: "a revision names data that is missing".into(),
+            }),
+        }
+    }
+
+    /// Reads and decompresses a data record, checking its hash.
+    pub async fn read_data(&self, h: &Hash) -> Result<Bytes> {
+        let rec = self.data_record(h).await?;
+        let stored = if rec.chunks == 0 {
+            rec.inline.clone()
+        } else {
+            let mut all = Vec::new();
+            for n in 0..rec.chunks {
+                let key = records::chunk_key(h, n);
+                let chunk = self.kv.get(&key).await?.ok_or_else(|| ObjError::Damaged {
+                    key: format!("c{}/{n}", hex(h)),
+                    reason: "missing chunk of a large record".into(),
+                })?;
+                all.extend_from_slice(&chunk);
+            }
+            Bytes::from(all)
+        };
+        let raw = match rec.codec {
+            0 => stored,
+            _ => Bytes::from(
+                zstd::bulk::decompress(&stored, rec.raw_len as usize).map_err(|e| {
+                    ObjError::Damaged {
+                        key: format!("d{}", hex(h)),
+                        reason: format!("cannot decompress: {e}"),
+                    }
+                })?,
+            ),
+        };
+        if raw.len() as u64 != rec.raw_len || *blake3::hash(&raw).as_bytes() != *h {
+            return Err(ObjError::Damaged {
+                key: format!("d{}", hex(h)),
+                reason: "data does not match its hash".into(),
+            });
+        }
+        Ok(raw)
+    }
+
+    /// Adds the data records for `data` to `batch` unless already stored; returns its hash.
+    async fn stage_data(
+        &self,
+        data: &[u8],
+        batch: &mut Batch,
+        staged: &mut BTreeSet<Hash>,
+    ) -> Result<Hash> {
+        let h = *blake3::hash(data).as_bytes();
+        if staged.contains(&h) || self.kv.get(&records::data_key(&h)).await?.is_some() {
+            return Ok(h);
+        }
+        staged.insert(h);
+        let compressed =
+            zstd::bulk::compress(data, 3).map_err(|e| ObjError::Invalid(format!("zstd: {e}")))?;
+        let (codec, stored) = if compressed.len() < data.len() {
+            (1, Bytes::from(compressed))
+        } else {
+            (0, Bytes::copy_from_slice(data))
+        };
+        let rec = if stored.len() <= INLINE_MAX {
+            DataRecord {
+                codec,
+                raw_len: data.len() as u64,
+                inline: stored,
+                chunks: 0,
+            }
+        } else {
+            let mut n = 0u32;
+            for chunk in stored.chunks(CHUNK_BYTES) {
+                batch.put(records::chunk_key(&h, n), Bytes::copy_from_slice(chunk));
+                n += 1;
+            }
+            DataRecord {
+                codec,
+                raw_len: data.len() as u64,
+                inline: Bytes::new(),
+                chunks: n,
+            }
+        };
+        batch.put(records::data_key(&h), rec.encode());
+        Ok(h)
+    }
+
+    /// The second phase's first half: takes the commit lock, checks conflicts and
+    /// read-current serials, resolves undos, writes the data durably and assigns the tid.
+    pub async fn vote(&self, txn: Txn) -> Result<Voted> {
+        let lock = self.commit.clone().lock_owned().await;
+        let last = self.last_tid();
+        let tid = match txn.restore {
+            Some(t) if t <= last => {
+                return Err(ObjError::Invalid(format!(
+                    "restore of transaction {t}: the store's last transaction is {last}; \
+                     transactions must be copied in tid order"
+                )));
+            }
+            Some(t) => t,
+            None => Tid::next_after(last),
+        };
+        for (&oid, &read) in &txn.read_current {
+            let committed = self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t);
+            if committed != read {
+                return Err(ObjError::ReadConflict {
+                    oid,
+                    committed,
+                    read,
+                });
+            }
+        }
+        let mut data_batch = Batch::new();
+        let mut staged = BTreeSet::new();
+        let mut revisions = BTreeMap::new();
+        for (&oid, (serial, data)) in &txn.stores {
+            let current = self.current(oid).await?;
+            let committed = current.map_or(Tid::ZERO, |(t, _)| t);
+            if committed != *serial {
+                return Err(ObjError::Conflict {
+                    oid,
+                    committed,
+                    old: *serial,
+                });
+            }
+            let hash = match data {
+                Some(d) => Some(self.stage_data(d, &mut data_batch, &mut staged).await?),
+                None => None,
+            };
+            revisions.insert(
+                oid,
+                Revision {
+                    data: hash,
+                    data_txn: None,
+                    prev: committed,
+                },
+            );
+        }
+        for (&oid, (data, data_txn)) in &txn.restored {
+            let prev = self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t);
+            let hash = match (data, data_txn) {
+                (Some(d), _) => Some(self.stage_data(d, &mut data_batch, &mut staged).await?),
+                (None, Some(from)) => self.revision(oid, *from).await?.and_then(|r| r.data),
+                (None, None) => None,
+            };
+            revisions.insert(
+                oid,
+                Revision {
+                    data: hash,
+                    data_txn: *data_txn,
+                    prev,
+                },
+            );
+        }
+        for &undone in &txn.undos {
+            self.stage_undo(undone, &mut revisions).await?;
+        }
+        if !data_batch.is_empty() {
+            self.kv.commit(data_batch).await?;
+        }
+        Ok(Voted {
+            tid,
+            revisions,
+            meta: txn.meta,
+            _lock: lock,
+        })
+    }
+
+    /// Undo of `undone`: each object it wrote goes back to its revision before `undone`,
+    /// provided no later transaction changed it (or changed it back to the same data).
+    async fn stage_undo(&self, undone: Tid, revisions: &mut BTreeMap<Oid, Revision>) -> Result<()> {
+        self.txn_record(undone).await?;
+        let wrote = self
+            .kv
+            .scan(prefix(records::wrote_prefix(undone)), None)
+            .await?;
+        for (k, _) in wrote {
+            let Some((_, oid)) = records::parse_wrote_key(&k) else {
+                continue;
+            };
+            let Some(rev) = self.revision(oid, undone).await? else {
+                continue;
+            };
+            let (cur_tid, cur) = self
+                .current(oid)
+                .await?
+                .ok_or(ObjError::Undo { tid: undone, oid })?;
+            let pending = revisions.get(&oid);
+            let current_data = pending.map_or(cur.data, |r| r.data);
+            if cur_tid != undone && current_data != rev.data {
+                return Err(ObjError::Undo { tid: undone, oid });
+            }
+            let before = match rev.prev {
+                Tid::ZERO => None,
+                p => Some((p, self.revision(oid, p).await?)),
+            };
+            let (data, data_txn) = match before {
+                Some((p, Some(r))) => (r.data, Some(r.data_txn.unwrap_or(p))),
+                _ => (None, None),
+            };
+            revisions.insert(
+                oid,
+                Revision {
+                    data,
+                    data_txn,
+                    prev: cur_tid,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Commits a voted transaction: one durable key-value commit. Returns its tid.
+    pub async fn finish(&self, voted: Voted) -> Result<Tid> {
+        let mut meta = *self.meta.lock();
+        let mut b = Batch::new();
+        for (&oid, rev) in &voted.revisions {
+            b.put(records::rev_key(oid, voted.tid), rev.encode());
+            b.put(records::wrote_key(voted.tid, oid), Bytes::new());
+            Self::note_oid(&mut meta, oid);
+        }
+        let record = TxnRecord {
+            status: b' ',
+            meta: voted.meta.clone(),
+        };
+        b.put(records::txn_key(voted.tid), record.encode());
+        meta.last_tid = voted.tid;
+        b.put(records::meta_key(), meta.encode());
+        self.kv.commit(b).await?;
+        *self.meta.lock() = meta;
+        // Oids the transaction chose itself (restore, imports) are never handed out later.
+        if let Some(max) = voted.revisions.keys().next_back() {
+            let mut next = self.next_oid.lock();
+            *next = (*next).max(max.0.saturating_add(1));
+        }
+        Ok(voted.tid)
+    }
+
+    /// Abandons a voted transaction (its staged data is collected by the next pack).
+    pub fn abort(&self, voted: Voted) {
+        drop(voted);
+    }
+
+    /// Transactions with `start <= tid <= stop`, oldest first, with their records.
+    pub async fn transactions(&self, start: Tid, stop: Tid) -> Result<Vec<TransactionInfo>> {
+        let range = (
+            Bound::Included(records::txn_key(start)),
+            Bound::Included(records::txn_key(stop)),
+        );
+        let mut out = Vec::new();
+        for (k, v) in self.kv.scan(range, None).await? {
+            let Some(tid) = records::parse_txn_key(&k) else {
+                continue;
+            };
+            let record = TxnRecord::decode(&k, &v)?;
+            let mut recs = Vec::new();
+            for (wk, _) in self
+                .kv
+                .scan(prefix(records::wrote_prefix(tid)), None)
+                .await?
+            {
+                let Some((_, oid)) = records::parse_wrote_key(&wk) else {
+                    continue;
+                };
+                let Some(rev) = self.revision(oid, tid).await? else {
+                    continue;
+                };
+                let data = match rev.data {
+                    Some(h) => Some(self.read_data(&h).await?),
+                    None => None,
+                };
+                recs.push(DataRecordInfo {
+                    oid,
+                    tid,
+                    data,
+                    data_txn: rev.data_txn,
+                });
+            }
+            out.push(TransactionInfo {
+                tid,
+                record,
+                records: recs,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Removes every revision not needed to read the database as of `pack_tid` or later:
+    /// per object, revisions older than its revision current at `pack_tid`, and that one too
+    /// if it has no data. With `refs` (the references in an object's data), objects not
+    /// reachable from the root at `pack_tid` and not written after it are removed too. Then
+    /// data records no revision names are collected. Holds the commit lock throughout.
+    pub async fn pack(
+        &self,
+        pack_tid: Tid,
+        refs: Option<&(dyn Fn(&[u8]) -> Vec<Oid> + Send + Sync)>,
+    ) -> Result<PackStats> {
+        let _lock = self.commit.clone().lock_owned().await;
+        let mut stats = PackStats::default();
+        // Every revision, grouped by object (ascending tid).
+        let all = self.kv.scan(prefix(Bytes::from_static(b"o")), None).await?;
+        let mut by_oid: BTreeMap<Oid, Vec<(Tid, Revision)>> = BTreeMap::new();
+        for (k, v) in &all {
+            let Some((oid, tid)) = records::parse_rev_key(k) else {
+                continue;
+            };
+            by_oid
+                .entry(oid)
+                .or_default()
+                .push((tid, Revision::decode(k, v)?));
+        }
+        let mut remove: Vec<(Oid, Tid)> = Vec::new();
+        let mut at_pack: HashMap<Oid, Option<Hash>> = HashMap::new();
+        let mut written_after: BTreeSet<Oid> = BTreeSet::new();
+        for (&oid, revs) in &by_oid {
+            let keep_from = revs.iter().rposition(|(t, _)| *t <= pack_tid);
+            if revs.iter().any(|(t, _)| *t > pack_tid) {
+                written_after.insert(oid);
+            }
+            if let Some(i) = keep_from {
+                for (t, _) in &revs[..i] {
+                    remove.push((oid, *t));
+                }
+                at_pack.insert(oid, revs[i].1.data);
+                if revs[i].1.data.is_none() {
+                    remove.push((oid, revs[i].0));
+                }
+            }
+        }
+        if let Some(refs) = refs {
+            let mut reachable: BTreeSet<Oid> = BTreeSet::new();
+            let mut todo: Vec<Oid> = vec![Oid::ROOT];
+            todo.extend(written_after.iter().copied());
+            while let Some(oid) = todo.pop() {
+                if !reachable.insert(oid) {
+                    continue;
+                }
+                let mut datas: Vec<Hash> =
+                    at_pack.get(&oid).copied().flatten().into_iter().collect();
+                if written_after.contains(&oid) {
+                    for (t, r) in by_oid.get(&oid).map(|v| v.as_slice()).unwrap_or(&[]) {
+                        if *t > pack_tid
+                            && let Some(h) = r.data
+                        {
+                            datas.push(h);
+                        }
+                    }
+                }
+                for h in datas {
+                    let data = self.read_data(&h).await?;
+                    todo.extend(refs(&data).into_iter().filter(|o| !reachable.contains(o)));
+                }
+            }
+            for (&oid, revs) in &by_oid {
+                if !reachable.contains(&oid) {
+                    for (t, _) in revs.iter().filter(|(t, _)| *t <= pack_tid) {
+                        if !remove.contains(&(oid, *t)) {
+                            remove.push((oid, *t));
+                        }
+                    }
+                }
+            }
+        }
+        let removed: BTreeSet<(Oid, Tid)> = remove.iter().copied().collect();
+        stats.revisions_removed = removed.len() as u64;
+        stats.objects_removed = by_oid
+            .iter()
+            .filter(|(oid, revs)| revs.iter().all(|(t, _)| removed.contains(&(**oid, *t))))
+            .count() as u64;
+        // Transactions that lose every record go; the others are marked packed.
+        let mut per_txn: BTreeMap<Tid, (usize, usize)> = BTreeMap::new();
+        for (&oid, revs) in &by_oid {
+            for (t, _) in revs {
+                let e = per_txn.entry(*t).or_default();
+                e.0 += 1;
+                if removed.contains(&(oid, *t)) {
+                    e.1 += 1;
+                }
+            }
+        }
+        let mut batch = Batch::new();
+        let mut ops: Vec<(Bytes, Option<Bytes>)> = Vec::new();
+        for &(oid, t) in &removed {
+            ops.push((records::rev_key(oid, t), None));
+            ops.push((records::wrote_key(t, oid), None));
+        }
+        for (&t, &(total, gone)) in &per_txn {
+            if t > pack_tid || gone == 0 {
+                continue;
+            }
+            if gone == total {
+                ops.push((records::txn_key(t), None));
+                stats.transactions_removed += 1;
+            } else {
+                let mut rec = self.txn_record(t).await?;
+                rec.status = b'p';
+                ops.push((records::txn_key(t), Some(rec.encode())));
+            }
+        }
+        // Data no remaining revision names.
+        let mut named: BTreeSet<Hash> = BTreeSet::new();
+        for (&oid, revs) in &by_oid {
+            for (t, r) in revs {
+                if !removed.contains(&(oid, *t))
+                    && let Some(h) = r.data
+                {
+                    named.insert(h);
+                }
+            }
+        }
+        for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"d")), None).await? {
+            if k.len() != 33 {
+                continue;
+            }
+            let mut h = [0u8; 32];
+            h.copy_from_slice(&k[1..]);
+            if named.contains(&h) {
+                continue;
+            }
+            let rec = DataRecord::decode(&k, &v)?;
+            for n in 0..rec.chunks {
+                ops.push((records::chunk_key(&h, n), None));
+            }
+            ops.push((k, None));
+            stats.data_removed += 1;
+        }
+        for chunk in ops.chunks(PACK_BATCH) {
+            for (k, v) in chunk {
+                match v {
+                    Some(v) => batch.put(k.clone(), v.clone()),
+                    None => batch.delete(k.clone()),
+                };
+            }
+            self.kv.commit(std::mem::take(&mut batch)).await?;
+        }
+        Ok(stats)
+    }
+
+    /// Object, revision, transaction and data counts with dedup and compression figures.
+    pub async fn stats(&self) -> Result<StoreStats> {
+        let mut s = StoreStats::default();
+        let mut sizes: HashMap<Hash, u64> = HashMap::new();
+        for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"d")), None).await? {
+            if k.len() != 33 {
+                continue;
+            }
+            let mut h = [0u8; 32];
+            h.copy_from_slice(&k[1..]);
+            let rec = DataRecord::decode(&k, &v)?;
+            s.data_records += 1;
+            s.unique_bytes += rec.raw_len;
+            s.stored_bytes += if rec.chunks == 0 {
+                rec.inline.len() as u64
+            } else {
+                let mut n = 0;
+                for i in 0..rec.chunks {
+                    n += self
+                        .kv
+                        .get(&records::chunk_key(&h, i))
+                        .await?
+                        .map_or(0, |c| c.len() as u64);
+                }
+                n
+            };
+            sizes.insert(h, rec.raw_len);
+        }
+        let mut last_oid = None;
+        for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"o")), None).await? {
+            let Some((oid, _)) = records::parse_rev_key(&k) else {
+                continue;
+            };
+            s.revisions += 1;
+            if last_oid != Some(oid) {
+                s.objects += 1;
+                last_oid = Some(oid);
+            }
+            if let Some(h) = Revision::decode(&k, &v)?.data {
+                s.logical_bytes += sizes.get(&h).copied().unwrap_or(0);
+            }
+        }
+        s.transactions = self
+            .kv
+            .scan(prefix(Bytes::from_static(b"t")), None)
+            .await?
+            .len() as u64;
+        Ok(s)
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
