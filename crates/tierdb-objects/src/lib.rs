@@ -16,6 +16,6 @@ pub use error::{ObjError, Result};
 pub use ids::{Oid, Tid};
 pub use records::{TxnMeta, TxnRecord};
 pub use store::{
-    DataRecordInfo, HistoryEntry, PackStats, StoreStats, TransactionInfo, Txn, VersionedStore,
-    Voted,
+    DataRecordInfo, HistoryEntry, PackStats, References, StoreStats, TransactionInfo, Txn,
+    VersionedStore, Voted,
 };

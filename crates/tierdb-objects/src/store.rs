@@ -25,6 +25,9 @@ fn prefix(p: Bytes) -> (Bound<Bytes>, Bound<Bytes>) {
     (Bound::Included(p), end)
 }
 
+/// The oids an object's data refers to (for ZODB: `ZODB.serialize.referencesf`).
+pub type References = dyn Fn(&[u8]) -> Vec<Oid> + Send + Sync;
+
 /// One revision as history shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryEntry {
@@ -617,11 +620,7 @@ impl VersionedStore {
     /// if it has no data. With `refs` (the references in an object's data), objects not
     /// reachable from the root at `pack_tid` and not written after it are removed too. Then
     /// data records no revision names are collected. Holds the commit lock throughout.
-    pub async fn pack(
-        &self,
-        pack_tid: Tid,
-        refs: Option<&(dyn Fn(&[u8]) -> Vec<Oid> + Send + Sync)>,
-    ) -> Result<PackStats> {
+    pub async fn pack(&self, pack_tid: Tid, refs: Option<&References>) -> Result<PackStats> {
         let _lock = self.commit.clone().lock_owned().await;
         let mut stats = PackStats::default();
         // Every revision, grouped by object (ascending tid).

@@ -1,0 +1,272 @@
+//! The object store's semantics, on a key-value database over an in-memory capacity store:
+//! two-phase commit and conflicts, loads at any time, history, dedup and large records,
+//! undo, pack with and without reachability, iteration, restore, oid allocation.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::memory::InMemory;
+use tierdb_kv::{KvDb, KvOptions};
+use tierdb_objects::{ObjError, Oid, Tid, Txn, TxnMeta, VersionedStore};
+use tierdb_store::{TierOptions, TieredStore};
+
+async fn open_on(capacity: Arc<InMemory>) -> VersionedStore {
+    let store = TieredStore::with_capacity(capacity, "memory".into(), TierOptions::default())
+        .await
+        .unwrap();
+    let options = KvOptions {
+        create: true,
+        compaction: false,
+        ..KvOptions::default()
+    };
+    let kv = KvDb::open(store, "zodb", "zodb", &options).await.unwrap();
+    VersionedStore::open(Arc::new(kv)).await.unwrap()
+}
+
+async fn open() -> VersionedStore {
+    open_on(Arc::new(InMemory::new())).await
+}
+
+fn meta(desc: &str) -> TxnMeta {
+    TxnMeta {
+        user: Bytes::from("tester"),
+        description: Bytes::from(desc.to_string()),
+        extension: Bytes::new(),
+    }
+}
+
+async fn commit(s: &VersionedStore, desc: &str, writes: &[(Oid, Tid, &str)]) -> Tid {
+    let mut txn = Txn::new(meta(desc));
+    for (oid, serial, data) in writes {
+        txn.store(*oid, *serial, Some(Bytes::from(data.to_string())));
+    }
+    let voted = s.vote(txn).await.unwrap();
+    s.finish(voted).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_phase_commit_loads_history_and_conflicts() {
+    let s = open().await;
+    let (a, b) = (s.new_oid().await.unwrap(), s.new_oid().await.unwrap());
+    assert_ne!(a, b);
+    let t1 = commit(&s, "one", &[(a, Tid::ZERO, "a1"), (b, Tid::ZERO, "b1")]).await;
+    let t2 = commit(&s, "two", &[(a, t1, "a2")]).await;
+    let t3 = commit(&s, "three", &[(a, t2, "a3")]).await;
+    assert!(t1 < t2 && t2 < t3 && s.last_tid() == t3);
+
+    assert_eq!(s.load(a).await.unwrap(), (Bytes::from("a3"), t3));
+    assert_eq!(s.load(b).await.unwrap(), (Bytes::from("b1"), t1));
+    assert_eq!(s.load_serial(a, t2).await.unwrap(), Bytes::from("a2"));
+    assert_eq!(
+        s.load_before(a, t3).await.unwrap(),
+        Some((Bytes::from("a2"), t2, Some(t3)))
+    );
+    assert_eq!(
+        s.load_before(a, Tid(t3.0 + 1)).await.unwrap(),
+        Some((Bytes::from("a3"), t3, None))
+    );
+    assert_eq!(s.load_before(a, t1).await.unwrap(), None);
+    let h = s.history(a, 10).await.unwrap();
+    assert_eq!(
+        h.iter().map(|e| e.tid).collect::<Vec<_>>(),
+        vec![t3, t2, t1]
+    );
+    assert_eq!(h[1].txn.meta.description, "two");
+    assert_eq!(s.history(a, 2).await.unwrap().len(), 2);
+
+    // A write based on an old serial names the object and both serials.
+    let mut txn = Txn::new(meta("stale"));
+    txn.store(a, t2, Some(Bytes::from("x")));
+    match s.vote(txn).await {
+        Err(ObjError::Conflict {
+            oid,
+            committed,
+            old,
+        }) => {
+            assert_eq!((oid, committed, old), (a, t3, t2));
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    // A new object stored twice as new conflicts too.
+    let mut txn = Txn::new(meta("new again"));
+    txn.store(b, Tid::ZERO, Some(Bytes::from("x")));
+    assert!(matches!(s.vote(txn).await, Err(ObjError::Conflict { .. })));
+    // Read-current.
+    let mut txn = Txn::new(meta("read current"));
+    txn.check_current(a, t2);
+    txn.store(b, t1, Some(Bytes::from("b2")));
+    assert!(matches!(s.vote(txn).await, Err(ObjError::ReadConflict { oid, .. }) if oid == a));
+    // Missing objects.
+    assert!(matches!(
+        s.load(Oid(999)).await,
+        Err(ObjError::NotFound { .. })
+    ));
+    assert!(matches!(
+        s.load_serial(a, Tid(5)).await,
+        Err(ObjError::NoRevision { .. })
+    ));
+    // An aborted vote releases the commit lock.
+    let mut txn = Txn::new(meta("aborted"));
+    txn.store(b, t1, Some(Bytes::from("never")));
+    let voted = s.vote(txn).await.unwrap();
+    s.abort(voted);
+    commit(&s, "after abort", &[(b, t1, "b2")]).await;
+    assert_eq!(s.load(b).await.unwrap().0, Bytes::from("b2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_is_deduplicated_compressed_and_large_records_split() {
+    let s = open().await;
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let same = "the same pickle ".repeat(200);
+    let (a, b, c) = (
+        s.new_oid().await.unwrap(),
+        s.new_oid().await.unwrap(),
+        s.new_oid().await.unwrap(),
+    );
+    let mut txn = Txn::new(meta("dedup"));
+    txn.store(a, Tid::ZERO, Some(Bytes::from(same.clone())));
+    txn.store(b, Tid::ZERO, Some(Bytes::from(same.clone())));
+    txn.store(c, Tid::ZERO, Some(Bytes::from(big.clone())));
+    let voted = s.vote(txn).await.unwrap();
+    s.finish(voted).await.unwrap();
+    assert_eq!(s.load(c).await.unwrap().0, Bytes::from(big.clone()));
+    assert_eq!(s.load(b).await.unwrap().0, Bytes::from(same.clone()));
+    let stats = s.stats().await.unwrap();
+    assert_eq!(
+        (stats.objects, stats.revisions, stats.data_records),
+        (3, 3, 2)
+    );
+    assert_eq!(
+        stats.logical_bytes,
+        2 * same.len() as u64 + big.len() as u64
+    );
+    assert_eq!(stats.unique_bytes, same.len() as u64 + big.len() as u64);
+    assert!(stats.stored_bytes < stats.unique_bytes, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_restores_the_previous_revision_or_refuses() {
+    let s = open().await;
+    let (a, b) = (s.new_oid().await.unwrap(), s.new_oid().await.unwrap());
+    let t1 = commit(&s, "create", &[(a, Tid::ZERO, "a1"), (b, Tid::ZERO, "b1")]).await;
+    let t2 = commit(&s, "change a", &[(a, t1, "a2")]).await;
+    let mut txn = Txn::new(meta("undo t2"));
+    txn.undo(t2);
+    let voted = s.vote(txn).await.unwrap();
+    let t3 = s.finish(voted).await.unwrap();
+    assert_eq!(s.load(a).await.unwrap(), (Bytes::from("a1"), t3));
+    let rec = s.transactions(t3, t3).await.unwrap();
+    assert_eq!(
+        rec[0].records[0].data_txn,
+        Some(t1),
+        "undo points back at the data it reused"
+    );
+
+    // Undoing the creation leaves b without data.
+    let t4 = commit(&s, "change b", &[(b, t1, "b2")]).await;
+    let mut txn = Txn::new(meta("undo create"));
+    txn.undo(t1);
+    assert!(
+        matches!(s.vote(txn).await, Err(ObjError::Undo { oid, .. }) if oid == b),
+        "b changed after t1"
+    );
+    let _ = t4;
+    let c = s.new_oid().await.unwrap();
+    let t5 = commit(&s, "create c", &[(c, Tid::ZERO, "c1")]).await;
+    let mut txn = Txn::new(meta("undo create c"));
+    txn.undo(t5);
+    let voted = s.vote(txn).await.unwrap();
+    s.finish(voted).await.unwrap();
+    assert!(matches!(s.load(c).await, Err(ObjError::NotFound { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pack_drops_old_revisions_unreachable_objects_and_their_data() {
+    let s = open().await;
+    let root = Oid::ROOT;
+    let (kept, orphan) = (Oid(1), Oid(2));
+    // Data "ref:N,M" references those oids.
+    let t1 = commit(
+        &s,
+        "1",
+        &[
+            (root, Tid::ZERO, "ref:1,2"),
+            (kept, Tid::ZERO, "k1"),
+            (orphan, Tid::ZERO, "o1"),
+        ],
+    )
+    .await;
+    let t2 = commit(&s, "2", &[(root, t1, "ref:1"), (kept, t1, "k2")]).await;
+    let t3 = commit(&s, "3", &[(kept, t2, "k3")]).await;
+    let refs = |data: &[u8]| -> Vec<Oid> {
+        std::str::from_utf8(data)
+            .ok()
+            .and_then(|s| s.strip_prefix("ref:"))
+            .map(|l| {
+                l.split(',')
+                    .filter_map(|n| n.parse().ok())
+                    .map(Oid)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let stats = s.pack(t2, Some(&refs)).await.unwrap();
+    // kept: t1 removed, t2 (current at pack time) and t3 stay; root: t1 removed; orphan gone.
+    assert_eq!(stats.objects_removed, 1, "{stats:?}");
+    assert_eq!(stats.revisions_removed, 3, "{stats:?}");
+    assert!(stats.data_removed >= 3, "{stats:?}");
+    assert_eq!(s.load(kept).await.unwrap(), (Bytes::from("k3"), t3));
+    assert_eq!(s.load_serial(kept, t2).await.unwrap(), Bytes::from("k2"));
+    assert!(s.load_serial(kept, t1).await.is_err());
+    assert!(matches!(
+        s.load(orphan).await,
+        Err(ObjError::NotFound { .. })
+    ));
+    assert_eq!(s.load(root).await.unwrap().0, Bytes::from("ref:1"));
+    // Transaction 1 lost every record; 2 and 3 remain.
+    let txns = s.transactions(Tid::ZERO, Tid::MAX).await.unwrap();
+    assert_eq!(txns.iter().map(|t| t.tid).collect::<Vec<_>>(), vec![t2, t3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_copies_transactions_with_their_tids() {
+    let src = open().await;
+    let a = src.new_oid().await.unwrap();
+    let t1 = commit(&src, "one", &[(a, Tid::ZERO, "a1")]).await;
+    commit(&src, "two", &[(a, t1, "a2")]).await;
+    let dst = open().await;
+    for t in src.transactions(Tid::ZERO, Tid::MAX).await.unwrap() {
+        let mut txn = Txn::restoring(t.record.meta.clone(), t.tid);
+        for r in &t.records {
+            txn.restore(r.oid, r.data.clone(), r.data_txn);
+        }
+        let voted = dst.vote(txn).await.unwrap();
+        assert_eq!(dst.finish(voted).await.unwrap(), t.tid);
+    }
+    assert_eq!(
+        dst.transactions(Tid::ZERO, Tid::MAX).await.unwrap(),
+        src.transactions(Tid::ZERO, Tid::MAX).await.unwrap()
+    );
+    // Out of order is refused.
+    let txn = Txn::restoring(meta("old"), t1);
+    assert!(matches!(dst.vote(txn).await, Err(ObjError::Invalid(_))));
+    // Oids the copy brought are not handed out again.
+    assert!(dst.new_oid().await.unwrap() > a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oids_are_never_reused_across_reopen() {
+    let capacity = Arc::new(InMemory::new());
+    let s = open_on(capacity.clone()).await;
+    let first = s.new_oid().await.unwrap();
+    s.kv().close().await.unwrap();
+    drop(s);
+    let s = open_on(capacity).await;
+    let second = s.new_oid().await.unwrap();
+    assert!(second > first, "{first} then {second}");
+}
