@@ -7,7 +7,6 @@
 
 use std::io::Write;
 use std::ops::Bound;
-use std::path::PathBuf;
 
 use bytes::Bytes;
 use bytesize::ByteSize;
@@ -105,38 +104,7 @@ impl KvArgs {
 
 /// Splits a database URL into the store to open and the database's path in it.
 pub fn locate(url: &str) -> CliResult<(StoreUrl, String)> {
-    let parsed = StoreUrl::parse(url).map_err(|e| e.to_string())?;
-    match parsed {
-        StoreUrl::Local(dir) => {
-            let rel = dir
-                .strip_prefix("/")
-                .map_err(|_| format!("invalid database URL {url:?}: not an absolute path"))?
-                .to_str()
-                .ok_or_else(|| format!("invalid database URL {url:?}: the path is not UTF-8"))?
-                .to_string();
-            if rel.is_empty() {
-                return Err(format!(
-                    "invalid database URL {url:?}: a database needs its own directory, not /"
-                ));
-            }
-            Ok((StoreUrl::Local(PathBuf::from("/")), rel))
-        }
-        StoreUrl::S3 { bucket, prefix } => {
-            if prefix.is_empty() {
-                return Err(format!(
-                    "invalid database URL {url:?}: name a prefix in the bucket, e.g. s3://{bucket}/mydb"
-                ));
-            }
-            Ok((
-                StoreUrl::S3 {
-                    bucket,
-                    prefix: String::new(),
-                },
-                prefix,
-            ))
-        }
-        StoreUrl::Memory => Ok((StoreUrl::Memory, "db".into())),
-    }
+    tierdb_kv::locate(url)
 }
 
 /// Opens the tiered store holding the database `url`.

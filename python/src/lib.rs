@@ -1,0 +1,358 @@
+//! `tierdb._native`: tierdb's versioned object store for Python. `tierdb.zodb.TierStorage`
+//! wraps it as a ZODB storage; this module only moves bytes and errors across, releasing
+//! the GIL while the store works.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use tierdb_kv::{KvDb, KvOptions};
+use tierdb_objects::{ObjError, Oid, Tid, Txn, TxnMeta, VersionedStore, Voted};
+use tierdb_store::{CapacityOptions, TierOptions, TieredStore, WriteMode};
+
+create_exception!(_native, TierError, PyException);
+create_exception!(_native, ConflictError, TierError);
+create_exception!(_native, ReadConflictError, TierError);
+create_exception!(_native, NotFoundError, TierError);
+create_exception!(_native, UndoError, TierError);
+
+fn oid_of(b: &[u8]) -> PyResult<Oid> {
+    Oid::from_bytes(b).ok_or_else(|| TierError::new_err(format!("an oid is 8 bytes, got {}", b.len())))
+}
+
+fn tid_of(b: &[u8]) -> PyResult<Tid> {
+    Tid::from_bytes(b).ok_or_else(|| TierError::new_err(format!("a tid is 8 bytes, got {}", b.len())))
+}
+
+fn to_py(e: ObjError) -> PyErr {
+    match e {
+        ObjError::Conflict { oid, committed, old } => ConflictError::new_err((
+            oid.to_bytes().to_vec(),
+            committed.to_bytes().to_vec(),
+            old.to_bytes().to_vec(),
+            format!("conflict on object {oid}: committed {committed}, based on {old}"),
+        )),
+        ObjError::ReadConflict { oid, committed, read } => ReadConflictError::new_err((
+            oid.to_bytes().to_vec(),
+            committed.to_bytes().to_vec(),
+            read.to_bytes().to_vec(),
+            format!("object {oid} changed since read: committed {committed}, read {read}"),
+        )),
+        ObjError::NotFound { oid, .. } | ObjError::NoRevision { oid, .. } => {
+            NotFoundError::new_err((oid.to_bytes().to_vec(), e.to_string()))
+        }
+        ObjError::Undo { oid, .. } => UndoError::new_err((oid.to_bytes().to_vec(), e.to_string())),
+        other => TierError::new_err(other.to_string()),
+    }
+}
+
+fn b<'p>(py: Python<'p>, data: &[u8]) -> Bound<'p, PyBytes> {
+    PyBytes::new(py, data)
+}
+
+type Stores = Vec<(Vec<u8>, Vec<u8>, Option<Vec<u8>>)>;
+type Restored = Vec<(Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>)>;
+
+/// One opened object store.
+#[pyclass(module = "tierdb._native")]
+struct Store {
+    rt: tokio::runtime::Runtime,
+    store: Arc<VersionedStore>,
+    tiered: TieredStore,
+    voted: parking_lot::Mutex<HashMap<u64, Voted>>,
+    handles: AtomicU64,
+}
+
+#[pymethods]
+impl Store {
+    /// Opens (or with `create`, creates) the database at `url`.
+    #[new]
+    #[pyo3(signature = (url, create=false, cache_dir=None, cache_bytes=0, memory_bytes=64<<20, write_mode="write-through"))]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        create: bool,
+        cache_dir: Option<String>,
+        cache_bytes: u64,
+        memory_bytes: u64,
+        write_mode: &str,
+    ) -> PyResult<Self> {
+        let write_mode: WriteMode = write_mode.parse().map_err(|e: String| TierError::new_err(e))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| TierError::new_err(format!("cannot start the async runtime: {e}")))?;
+        let (root, path) = tierdb_kv::locate(url).map_err(|e| TierError::new_err(e.to_string()))?;
+        let tiers = TierOptions {
+            cache_dir: cache_dir.map(Into::into),
+            cache_bytes,
+            memory_bytes,
+            write_mode,
+            ..TierOptions::default()
+        };
+        let name = url.to_string();
+        let opened: Result<(Arc<VersionedStore>, TieredStore), String> = py.detach(|| {
+            rt.block_on(async move {
+                let capacity = tierdb_store::open_capacity(&root, &CapacityOptions::default())
+                    .map_err(|e| e.to_string())?;
+                let tiered = TieredStore::with_capacity(capacity, root.to_string(), tiers)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let options = KvOptions {
+                    create,
+                    ..KvOptions::default()
+                };
+                let kv = KvDb::open(tiered.clone(), &path, &name, &options)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let store = VersionedStore::open(Arc::new(kv)).await.map_err(|e| e.to_string())?;
+                Ok((Arc::new(store), tiered))
+            })
+        });
+        let (store, tiered) = opened.map_err(TierError::new_err)?;
+        Ok(Store {
+            rt,
+            store,
+            tiered,
+            voted: parking_lot::Mutex::new(HashMap::new()),
+            handles: AtomicU64::new(1),
+        })
+    }
+
+    fn load<'p>(&self, py: Python<'p>, oid: &[u8]) -> PyResult<(Bound<'p, PyBytes>, Bound<'p, PyBytes>)> {
+        let oid = oid_of(oid)?;
+        let (data, tid) = py.detach(|| self.rt.block_on(self.store.load(oid))).map_err(to_py)?;
+        Ok((b(py, &data), b(py, &tid.to_bytes())))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn load_before<'p>(
+        &self,
+        py: Python<'p>,
+        oid: &[u8],
+        tid: &[u8],
+    ) -> PyResult<Option<(Bound<'p, PyBytes>, Bound<'p, PyBytes>, Option<Bound<'p, PyBytes>>)>> {
+        let (oid, tid) = (oid_of(oid)?, tid_of(tid)?);
+        let got = py
+            .detach(|| self.rt.block_on(self.store.load_before(oid, tid)))
+            .map_err(to_py)?;
+        Ok(got.map(|(data, start, end)| {
+            (b(py, &data), b(py, &start.to_bytes()), end.map(|e| b(py, &e.to_bytes())))
+        }))
+    }
+
+    fn load_serial<'p>(&self, py: Python<'p>, oid: &[u8], serial: &[u8]) -> PyResult<Bound<'p, PyBytes>> {
+        let (oid, serial) = (oid_of(oid)?, tid_of(serial)?);
+        let data = py
+            .detach(|| self.rt.block_on(self.store.load_serial(oid, serial)))
+            .map_err(to_py)?;
+        Ok(b(py, &data))
+    }
+
+    /// [(tid, size, user, description, extension)], newest first.
+    #[allow(clippy::type_complexity)]
+    fn history<'p>(
+        &self,
+        py: Python<'p>,
+        oid: &[u8],
+        size: usize,
+    ) -> PyResult<Vec<(Bound<'p, PyBytes>, u64, Bound<'p, PyBytes>, Bound<'p, PyBytes>, Bound<'p, PyBytes>)>> {
+        let oid = oid_of(oid)?;
+        let h = py.detach(|| self.rt.block_on(self.store.history(oid, size))).map_err(to_py)?;
+        Ok(h.into_iter()
+            .map(|e| {
+                (
+                    b(py, &e.tid.to_bytes()),
+                    e.size,
+                    b(py, &e.txn.meta.user),
+                    b(py, &e.txn.meta.description),
+                    b(py, &e.txn.meta.extension),
+                )
+            })
+            .collect())
+    }
+
+    fn new_oid<'p>(&self, py: Python<'p>) -> PyResult<Bound<'p, PyBytes>> {
+        let oid = py.detach(|| self.rt.block_on(self.store.new_oid())).map_err(to_py)?;
+        Ok(b(py, &oid.to_bytes()))
+    }
+
+    fn last_tid<'p>(&self, py: Python<'p>) -> Bound<'p, PyBytes> {
+        b(py, &self.store.last_tid().to_bytes())
+    }
+
+    /// The vote: returns (handle, tid, [oids written]). The commit lock is held until
+    /// `finish(handle)` or `abort(handle)`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (user, description, extension, stores, read_current, undos, restore_tid=None, restored=Vec::new()))]
+    fn vote<'p>(
+        &self,
+        py: Python<'p>,
+        user: Vec<u8>,
+        description: Vec<u8>,
+        extension: Vec<u8>,
+        stores: Stores,
+        read_current: Vec<(Vec<u8>, Vec<u8>)>,
+        undos: Vec<Vec<u8>>,
+        restore_tid: Option<Vec<u8>>,
+        restored: Restored,
+    ) -> PyResult<(u64, Bound<'p, PyBytes>, Vec<Bound<'p, PyBytes>>)> {
+        let meta = TxnMeta {
+            user: Bytes::from(user),
+            description: Bytes::from(description),
+            extension: Bytes::from(extension),
+        };
+        let mut txn = match restore_tid {
+            Some(t) => Txn::restoring(meta, tid_of(&t)?),
+            None => Txn::new(meta),
+        };
+        for (oid, serial, data) in stores {
+            txn.store(oid_of(&oid)?, tid_of(&serial)?, data.map(Bytes::from));
+        }
+        for (oid, serial) in read_current {
+            txn.check_current(oid_of(&oid)?, tid_of(&serial)?);
+        }
+        for t in undos {
+            txn.undo(tid_of(&t)?);
+        }
+        for (oid, data, data_txn) in restored {
+            let data_txn = data_txn.map(|t| tid_of(&t)).transpose()?;
+            txn.restore(oid_of(&oid)?, data.map(Bytes::from), data_txn);
+        }
+        let voted = py.detach(|| self.rt.block_on(self.store.vote(txn))).map_err(to_py)?;
+        let tid = voted.tid;
+        let oids: Vec<_> = voted.revisions.keys().map(|o| b(py, &o.to_bytes())).collect();
+        let handle = self.handles.fetch_add(1, Ordering::Relaxed);
+        self.voted.lock().insert(handle, voted);
+        Ok((handle, b(py, &tid.to_bytes()), oids))
+    }
+
+    fn finish<'p>(&self, py: Python<'p>, handle: u64) -> PyResult<Bound<'p, PyBytes>> {
+        let voted = self
+            .voted
+            .lock()
+            .remove(&handle)
+            .ok_or_else(|| TierError::new_err(format!("no voted transaction {handle}")))?;
+        let tid = py.detach(|| self.rt.block_on(self.store.finish(voted))).map_err(to_py)?;
+        Ok(b(py, &tid.to_bytes()))
+    }
+
+    fn abort(&self, handle: u64) {
+        if let Some(voted) = self.voted.lock().remove(&handle) {
+            self.store.abort(voted);
+        }
+    }
+
+    /// [(tid, status, user, description, extension, [(oid, tid, data|None, data_txn|None)])].
+    #[allow(clippy::type_complexity)]
+    fn transactions<'p>(
+        &self,
+        py: Python<'p>,
+        start: &[u8],
+        stop: &[u8],
+    ) -> PyResult<Vec<Bound<'p, PyAny>>> {
+        let (start, stop) = (tid_of(start)?, tid_of(stop)?);
+        let txns = py
+            .detach(|| self.rt.block_on(self.store.transactions(start, stop)))
+            .map_err(to_py)?;
+        let mut out = Vec::with_capacity(txns.len());
+        for t in txns {
+            let records: Vec<_> = t
+                .records
+                .iter()
+                .map(|r| {
+                    (
+                        b(py, &r.oid.to_bytes()),
+                        b(py, &r.tid.to_bytes()),
+                        r.data.as_ref().map(|d| b(py, d)),
+                        r.data_txn.map(|d| b(py, &d.to_bytes())),
+                    )
+                })
+                .collect();
+            let tuple = (
+                b(py, &t.tid.to_bytes()),
+                b(py, &[t.record.status]),
+                b(py, &t.record.meta.user),
+                b(py, &t.record.meta.description),
+                b(py, &t.record.meta.extension),
+                records,
+            )
+                .into_pyobject(py)?
+                .into_any();
+            out.push(tuple);
+        }
+        Ok(out)
+    }
+
+    /// Packs to `tid`; `refs(data) -> [oid bytes]` enables garbage collection.
+    #[pyo3(signature = (tid, refs=None))]
+    fn pack<'p>(&self, py: Python<'p>, tid: &[u8], refs: Option<Py<PyAny>>) -> PyResult<Bound<'p, PyDict>> {
+        let tid = tid_of(tid)?;
+        let result = py.detach(|| {
+            self.rt.block_on(async {
+                match refs {
+                    Some(f) => {
+                        let refs = move |data: &[u8]| -> Vec<Oid> {
+                            Python::attach(|py| {
+                                let got = f.call1(py, (PyBytes::new(py, data),));
+                                got.and_then(|list| list.extract::<Vec<Vec<u8>>>(py))
+                                    .map(|v| v.iter().filter_map(|o| Oid::from_bytes(o)).collect())
+                                    .unwrap_or_default()
+                            })
+                        };
+                        self.store.pack(tid, Some(&refs)).await
+                    }
+                    None => self.store.pack(tid, None).await,
+                }
+            })
+        });
+        let stats = result.map_err(to_py)?;
+        let d = PyDict::new(py);
+        d.set_item("revisions_removed", stats.revisions_removed)?;
+        d.set_item("objects_removed", stats.objects_removed)?;
+        d.set_item("data_removed", stats.data_removed)?;
+        d.set_item("transactions_removed", stats.transactions_removed)?;
+        Ok(d)
+    }
+
+    fn stats<'p>(&self, py: Python<'p>) -> PyResult<Bound<'p, PyDict>> {
+        let s = py.detach(|| self.rt.block_on(self.store.stats())).map_err(to_py)?;
+        let d = PyDict::new(py);
+        d.set_item("objects", s.objects)?;
+        d.set_item("revisions", s.revisions)?;
+        d.set_item("transactions", s.transactions)?;
+        d.set_item("data_records", s.data_records)?;
+        d.set_item("logical_bytes", s.logical_bytes)?;
+        d.set_item("unique_bytes", s.unique_bytes)?;
+        d.set_item("stored_bytes", s.stored_bytes)?;
+        Ok(d)
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| {
+            self.rt.block_on(async {
+                self.store.kv().close().await.map_err(|e| e.to_string())?;
+                self.tiered.close().await.map_err(|e| e.to_string())
+            })
+        })
+        .map_err(TierError::new_err)
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Store>()?;
+    m.add("TierError", py.get_type::<TierError>())?;
+    m.add("ConflictError", py.get_type::<ConflictError>())?;
+    m.add("ReadConflictError", py.get_type::<ReadConflictError>())?;
+    m.add("NotFoundError", py.get_type::<NotFoundError>())?;
+    m.add("UndoError", py.get_type::<UndoError>())?;
+    Ok(())
+}
