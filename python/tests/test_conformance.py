@@ -52,10 +52,12 @@ class TierStorageTests(StorageTestBase.StorageTestBase, Mixins):
     def setUp(self):
         StorageTestBase.StorageTestBase.setUp(self)
         self._dir = tempfile.mkdtemp(prefix="tierdb-zodb-")
-        self._storage = self.open(create=True)
+        self.open(create=True)
 
     def open(self, read_only=False, create=False, **kw):
-        return TierStorage(os.path.join(self._dir, "db"), create=create, read_only=read_only)
+        self._storage = TierStorage(
+            os.path.join(self._dir, "db"), create=create, read_only=read_only)
+        return self._storage
 
     def tearDown(self):
         self._storage.close()
@@ -68,10 +70,11 @@ class FileStorageReference(StorageTestBase.StorageTestBase, Mixins):
 
     def setUp(self):
         StorageTestBase.StorageTestBase.setUp(self)
-        self._storage = self.open(create=True)
+        self.open(create=True)
 
     def open(self, read_only=False, create=False, **kw):
-        return FileStorage("Data.fs", create=create, read_only=read_only)
+        self._storage = FileStorage("Data.fs", create=create, read_only=read_only)
+        return self._storage
 
 
 if __name__ == "__main__":

@@ -78,7 +78,8 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
         return self._read_only
 
     def lastTransaction(self):
-        return self._native.last_tid()
+        with self._lock:
+            return self._native.last_tid()
 
     def registerDB(self, db):
         self._db = db
@@ -102,23 +103,32 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
 
     # -- reads -----------------------------------------------------------------------
     def load(self, oid, version=""):
-        try:
-            return self._native.load(oid)
-        except _native.NotFoundError:
-            raise POSException.POSKeyError(oid)
-
-    def loadBefore(self, oid, tid):
-        try:
-            got = self._native.load_before(oid, tid)
-        except _native.NotFoundError:
-            raise POSException.POSKeyError(oid)
-        if got is None:
-            # ZODB: POSKeyError if the object never existed, None if not before tid.
+        # Loads wait for a finishing transaction's invalidations (see tpc_finish).
+        with self._lock:
             try:
-                self._native.history(oid, 1)
+                return self._native.load(oid)
             except _native.NotFoundError:
                 raise POSException.POSKeyError(oid)
-        return got
+
+    def getTid(self, oid):
+        return self.load(oid)[1]
+
+    def loadBefore(self, oid, tid):
+        with self._lock:
+            try:
+                got = self._native.load_before(oid, tid)
+            except _native.NotFoundError:
+                raise POSException.POSKeyError(oid)
+            if got is None:
+                # ZODB: None if the object was created at or after tid; POSKeyError if it
+                # never existed, or if its revision before tid has no data (creation undone).
+                try:
+                    history = self._native.history(oid, 1 << 30)
+                except _native.NotFoundError:
+                    raise POSException.POSKeyError(oid)
+                if any(t < tid for t, *_ in history):
+                    raise POSException.POSKeyError(oid)
+            return got
 
     def loadSerial(self, oid, serial):
         try:
@@ -178,7 +188,7 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
         self._check_txn(transaction)
         if version:
             raise POSException.Unsupported("Versions aren't supported")
-        self._stores[oid] = (oid, serial, data)
+        self._stores[oid] = (oid, serial or z64, data)
 
     def checkCurrentSerialInTransaction(self, oid, serial, transaction):
         self._check_txn(transaction)
@@ -249,8 +259,11 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
             if self._voted is None:
                 self.tpc_vote(transaction)
             handle, tid, _oids = self._voted
-            tid = self._native.finish(handle)
-            func(tid)
+            # The new revisions become readable and the DB's invalidations run as one step
+            # for readers of this storage (as FileStorage does under its lock).
+            with self._lock:
+                tid = self._native.finish(handle)
+                func(tid)
             return tid
         finally:
             self._end()
@@ -342,10 +355,13 @@ class TierTransaction:
 
 class TierIterator:
     def __init__(self, txns):
-        self._txns = [TierTransaction(*t) for t in txns]
+        self._txns = iter([TierTransaction(*t) for t in txns])
 
     def __iter__(self):
-        return iter(self._txns)
+        return self
+
+    def __next__(self):
+        return next(self._txns)
 
     def close(self):
         pass
