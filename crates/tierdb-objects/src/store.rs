@@ -159,7 +159,8 @@ impl VersionedStore {
             None => Meta::default(),
         };
         Ok(VersionedStore {
-            next_oid: parking_lot::Mutex::new(meta.oid_reserved),
+            // Oid 0 is the root, which the database creates itself: never hand it out.
+            next_oid: parking_lot::Mutex::new(meta.oid_reserved.max(1)),
             meta: parking_lot::Mutex::new(meta),
             kv,
             commit: Arc::new(tokio::sync::Mutex::new(())),

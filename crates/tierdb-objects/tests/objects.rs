@@ -51,6 +51,7 @@ async fn two_phase_commit_loads_history_and_conflicts() {
     let s = open().await;
     let (a, b) = (s.new_oid().await.unwrap(), s.new_oid().await.unwrap());
     assert_ne!(a, b);
+    assert!(a != Oid::ROOT && b != Oid::ROOT, "oid 0 is the root's");
     let t1 = commit(&s, "one", &[(a, Tid::ZERO, "a1"), (b, Tid::ZERO, "b1")]).await;
     let t2 = commit(&s, "two", &[(a, t1, "a2")]).await;
     let t3 = commit(&s, "three", &[(a, t2, "a3")]).await;
