@@ -376,6 +376,21 @@ async fn race(
     Ok((total, seconds, per_second, commits, txns))
 }
 
+/// The capacity store with no cache tier: for loading and cloning, which should leave no
+/// warm cache behind for the race.
+async fn uncached(
+    capacity: &Arc<dyn ObjectStore>,
+    config: &OltpConfig,
+) -> Result<TieredStore, String> {
+    let options = TierOptions {
+        memory_bytes: 0,
+        ..TierOptions::default()
+    };
+    TieredStore::with_capacity(capacity.clone(), config.url.to_string(), options)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// Runs the whole benchmark.
 pub async fn run(config: &OltpConfig) -> Result<OltpReport, String> {
     if config.rows < 100 {
@@ -396,16 +411,7 @@ pub async fn run(config: &OltpConfig) -> Result<OltpReport, String> {
     let base = format!("{run}/base");
 
     // Load once, through a store with no cache, then close (the memtable goes to L0).
-    let loader = TieredStore::with_capacity(
-        capacity.clone(),
-        config.url.to_string(),
-        TierOptions {
-            memory_bytes: 0,
-            ..TierOptions::default()
-        },
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let loader = uncached(&capacity, config).await?;
     let t = Instant::now();
     let db = KvDb::open(loader.clone(), &base, &base, &kv_options(config, true))
         .await
@@ -434,16 +440,7 @@ pub async fn run(config: &OltpConfig) -> Result<OltpReport, String> {
     let mut results = Vec::new();
     for &variant in &config.variants {
         let path = format!("{run}/{}", variant.slug());
-        let cloner = TieredStore::with_capacity(
-            capacity.clone(),
-            config.url.to_string(),
-            TierOptions {
-                memory_bytes: 0,
-                ..TierOptions::default()
-            },
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        let cloner = uncached(&capacity, config).await?;
         tierdb_kv::clone_db(&cloner, &base, &path, &base, &path)
             .await
             .map_err(|e| e.to_string())?;

@@ -32,10 +32,6 @@ fn scan_desc_options() -> ScanOptions {
     scan_options().with_order(slatedb::IterationOrder::Descending)
 }
 
-fn bounds(range: &(Bound<Bytes>, Bound<Bytes>)) -> (Bound<Bytes>, Bound<Bytes>) {
-    (range.0.clone(), range.1.clone())
-}
-
 async fn drain(
     db: &str,
     mut iter: DbIterator,
@@ -50,6 +46,25 @@ async fn drain(
         }
     }
     Ok(out)
+}
+
+/// Runs a scan opened by `open` (skipping SlateDB for an empty range) and collects it.
+async fn scan_with<Fut>(
+    name: &str,
+    range: (Bound<Bytes>, Bound<Bytes>),
+    limit: Option<usize>,
+    open: impl FnOnce((Bound<Bytes>, Bound<Bytes>)) -> Fut,
+) -> Result<Vec<(Bytes, Bytes)>>
+where
+    Fut: std::future::Future<Output = std::result::Result<DbIterator, slatedb::Error>>,
+{
+    if crate::range_is_empty(&range) {
+        return Ok(Vec::new());
+    }
+    let iter = open(range)
+        .await
+        .map_err(|e| KvError::engine(name, "scan", e))?;
+    drain(name, iter, limit).await
 }
 
 /// Group commit: writers append to SlateDB's WAL buffer, then one of them flushes the WAL
@@ -331,7 +346,11 @@ impl KvRead for KvDb {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>> {
-        self.scan_ordered(range, limit, &scan_options()).await
+        let options = scan_options();
+        scan_with(&self.name, range, limit, |r| {
+            self.db.scan_with_options(r, &options)
+        })
+        .await
     }
 
     async fn scan_desc(
@@ -339,26 +358,11 @@ impl KvRead for KvDb {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>> {
-        self.scan_ordered(range, limit, &scan_desc_options()).await
-    }
-}
-
-impl KvDb {
-    async fn scan_ordered(
-        &self,
-        range: (Bound<Bytes>, Bound<Bytes>),
-        limit: Option<usize>,
-        options: &ScanOptions,
-    ) -> Result<Vec<(Bytes, Bytes)>> {
-        if crate::range_is_empty(&range) {
-            return Ok(Vec::new());
-        }
-        let iter = self
-            .db
-            .scan_with_options(bounds(&range), options)
-            .await
-            .map_err(|e| KvError::engine(&self.name, "scan", e))?;
-        drain(&self.name, iter, limit).await
+        let options = scan_desc_options();
+        scan_with(&self.name, range, limit, |r| {
+            self.db.scan_with_options(r, &options)
+        })
+        .await
     }
 }
 
@@ -419,15 +423,11 @@ impl KvRead for KvSnapshot {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>> {
-        if crate::range_is_empty(&range) {
-            return Ok(Vec::new());
-        }
-        let iter = self
-            .snap
-            .scan_with_options(bounds(&range), &scan_options())
-            .await
-            .map_err(|e| KvError::engine(&self.name, "scan", e))?;
-        drain(&self.name, iter, limit).await
+        let options = scan_options();
+        scan_with(&self.name, range, limit, |r| {
+            self.snap.scan_with_options(r, &options)
+        })
+        .await
     }
 
     async fn scan_desc(
@@ -435,15 +435,11 @@ impl KvRead for KvSnapshot {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>> {
-        if crate::range_is_empty(&range) {
-            return Ok(Vec::new());
-        }
-        let iter = self
-            .snap
-            .scan_with_options(bounds(&range), &scan_desc_options())
-            .await
-            .map_err(|e| KvError::engine(&self.name, "scan", e))?;
-        drain(&self.name, iter, limit).await
+        let options = scan_desc_options();
+        scan_with(&self.name, range, limit, |r| {
+            self.snap.scan_with_options(r, &options)
+        })
+        .await
     }
 }
 
@@ -551,15 +547,11 @@ impl KvRead for KvReplica {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>> {
-        if crate::range_is_empty(&range) {
-            return Ok(Vec::new());
-        }
-        let iter = self
-            .reader
-            .scan(bounds(&range))
-            .await
-            .map_err(|e| KvError::engine(&self.name, "scan", e))?;
-        drain(&self.name, iter, limit).await
+        let options = ScanOptions::new();
+        scan_with(&self.name, range, limit, |r| {
+            self.reader.scan_with_options(r, &options)
+        })
+        .await
     }
 
     async fn scan_desc(
@@ -567,16 +559,11 @@ impl KvRead for KvReplica {
         range: (Bound<Bytes>, Bound<Bytes>),
         limit: Option<usize>,
     ) -> Result<Vec<(Bytes, Bytes)>> {
-        if crate::range_is_empty(&range) {
-            return Ok(Vec::new());
-        }
         let options = ScanOptions::new().with_order(slatedb::IterationOrder::Descending);
-        let iter = self
-            .reader
-            .scan_with_options(bounds(&range), &options)
-            .await
-            .map_err(|e| KvError::engine(&self.name, "scan", e))?;
-        drain(&self.name, iter, limit).await
+        scan_with(&self.name, range, limit, |r| {
+            self.reader.scan_with_options(r, &options)
+        })
+        .await
     }
 }
 
