@@ -46,7 +46,11 @@ fn to_py(e: ObjError) -> PyErr {
         ObjError::NotFound { oid, .. } | ObjError::NoRevision { oid, .. } => {
             NotFoundError::new_err((oid.to_bytes().to_vec(), e.to_string()))
         }
-        ObjError::Undo { oid, .. } => UndoError::new_err((oid.to_bytes().to_vec(), e.to_string())),
+        ObjError::Undo { oid, tid } => UndoError::new_err((
+            oid.to_bytes().to_vec(),
+            tid.to_bytes().to_vec(),
+            e.to_string(),
+        )),
         other => TierError::new_err(other.to_string()),
     }
 }

@@ -245,13 +245,34 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
                 oid, committed, read, _ = err.args
                 raise POSException.ReadConflictError(oid=oid, serials=(committed, read))
             except _native.UndoError as err:
-                raise POSException.UndoError("Some data were modified by a later transaction", err.args[0])
+                oid, undone, _ = err.args
+                if oid in stores:
+                    raise POSException.UndoError(
+                        "Some data were modified by a later transaction", oid)
+                stores[oid] = (oid, *self._resolve_undo(oid, undone))
+                resolved.append(oid)
             except _native.TierError as err:
                 raise POSException.StorageError(str(err))
         self._voted = (handle, tid, oids)
         if self._undos:
             return list(oids)
         return resolved or None
+
+    def _resolve_undo(self, oid, undone):
+        """Undo of `undone` on an object changed since: let conflict resolution merge the
+        state before `undone` into the current one, as FileStorage does."""
+        try:
+            cdata, ctid = self._native.load(oid)
+            before = self._native.load_before(oid, undone)
+        except _native.NotFoundError:
+            before = None
+        if before is None:
+            raise POSException.UndoError("Some data were modified by a later transaction", oid)
+        try:
+            data = self.tryToResolveConflict(oid, ctid, undone, before[0], committedData=cdata)
+        except POSException.ConflictError:
+            raise POSException.UndoError("Some data were modified by a later transaction", oid)
+        return ctid, data
 
     def tpc_finish(self, transaction, func=lambda tid: None):
         self._check_txn(transaction)

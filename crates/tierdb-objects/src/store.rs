@@ -124,7 +124,8 @@ impl Txn {
         self.read_current.insert(oid, serial);
     }
 
-    /// Undoes transaction `tid` as part of this transaction.
+    /// Undoes transaction `tid` as part of this transaction. Objects this transaction also
+    /// stores explicitly are left to that store (how a resolved undo conflict is committed).
     pub fn undo(&mut self, tid: Tid) {
         self.undos.push(tid);
     }
@@ -483,8 +484,9 @@ impl VersionedStore {
                 },
             );
         }
+        let explicit: BTreeSet<Oid> = txn.stores.keys().copied().collect();
         for &undone in &txn.undos {
-            self.stage_undo(undone, &mut revisions).await?;
+            self.stage_undo(undone, &mut revisions, &explicit).await?;
         }
         if !data_batch.is_empty() {
             self.kv.commit(data_batch).await?;
@@ -499,7 +501,12 @@ impl VersionedStore {
 
     /// Undo of `undone`: each object it wrote goes back to its revision before `undone`,
     /// provided no later transaction changed it (or changed it back to the same data).
-    async fn stage_undo(&self, undone: Tid, revisions: &mut BTreeMap<Oid, Revision>) -> Result<()> {
+    async fn stage_undo(
+        &self,
+        undone: Tid,
+        revisions: &mut BTreeMap<Oid, Revision>,
+        explicit: &BTreeSet<Oid>,
+    ) -> Result<()> {
         self.txn_record(undone).await?;
         let wrote = self
             .kv
@@ -509,6 +516,10 @@ impl VersionedStore {
             let Some((_, oid)) = records::parse_wrote_key(&k) else {
                 continue;
             };
+            if explicit.contains(&oid) {
+                // The transaction stores this object itself (a resolved undo conflict).
+                continue;
+            }
             let Some(rev) = self.revision(oid, undone).await? else {
                 continue;
             };
