@@ -194,7 +194,7 @@ impl Store {
     /// The vote: returns (handle, tid, [oids written]). The commit lock is held until
     /// `finish(handle)` or `abort(handle)`.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (user, description, extension, stores, read_current, undos, restore_tid=None, restored=Vec::new()))]
+    #[pyo3(signature = (user, description, extension, stores, read_current, undos, restore_tid=None, restored=Vec::new(), now=None))]
     fn vote<'p>(
         &self,
         py: Python<'p>,
@@ -206,6 +206,7 @@ impl Store {
         undos: Vec<Vec<u8>>,
         restore_tid: Option<Vec<u8>>,
         restored: Restored,
+        now: Option<f64>,
     ) -> PyResult<(u64, Bound<'p, PyBytes>, Vec<Bound<'p, PyBytes>>)> {
         let meta = TxnMeta {
             user: Bytes::from(user),
@@ -216,6 +217,9 @@ impl Store {
             Some(t) => Txn::restoring(meta, tid_of(&t)?),
             None => Txn::new(meta),
         };
+        if let Some(now) = now {
+            txn.at_time(now);
+        }
         for (oid, serial, data) in stores {
             txn.store(oid_of(&oid)?, tid_of(&serial)?, data.map(Bytes::from));
         }

@@ -231,7 +231,7 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
                 handle, tid, oids = self._native.vote(
                     user, desc, ext, list(stores.values()),
                     list(self._read_current.items()), list(self._undos),
-                    self._restore_tid, list(self._restored.values()))
+                    self._restore_tid, list(self._restored.values()), time.time())
                 break
             except _native.ConflictError as err:
                 oid, committed, old, _ = err.args
@@ -315,6 +315,8 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
         out = []
         for t in reversed(self._native.transactions(z64, maxtid)):
             tid, status, user, desc, ext, records = t
+            if status == b"p":
+                break  # packed: this transaction and all older ones are not undoable
             d = {"id": tid, "time": TimeStamp(tid).timeTime(), "user_name": user,
                  "description": desc}
             if ext:

@@ -88,6 +88,8 @@ pub struct Txn {
     /// Restore: copy revisions with given tids and data_txn, no conflict checks.
     restore: Option<Tid>,
     restored: BTreeMap<Oid, (Option<Bytes>, Option<Tid>)>,
+    /// The commit time to base the tid on (seconds since the epoch); default: now.
+    clock: Option<f64>,
 }
 
 impl Txn {
@@ -122,6 +124,13 @@ impl Txn {
     /// Fails the vote unless `oid`'s current revision is still `serial`.
     pub fn check_current(&mut self, oid: Oid, serial: Tid) {
         self.read_current.insert(oid, serial);
+    }
+
+    /// Bases the tid on this time (seconds since the Unix epoch) instead of the system
+    /// clock, as ZODB clients whose tests control time expect. The tid still exceeds the
+    /// last one.
+    pub fn at_time(&mut self, secs: f64) {
+        self.clock = Some(secs);
     }
 
     /// Undoes transaction `tid` as part of this transaction. Objects this transaction also
@@ -430,7 +439,10 @@ impl VersionedStore {
                 )));
             }
             Some(t) => t,
-            None => Tid::next_after(last),
+            None => match txn.clock {
+                Some(secs) => Tid::from_unix(secs).max(Tid(last.0 + 1)),
+                None => Tid::next_after(last),
+            },
         };
         for (&oid, &read) in &txn.read_current {
             let committed = self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t);
@@ -722,8 +734,10 @@ impl VersionedStore {
             ops.push((records::rev_key(oid, t), None));
             ops.push((records::wrote_key(t, oid), None));
         }
+        // Transactions up to the pack time are no longer undoable: those that lost every
+        // record go, the others are marked packed (and leave the undo log).
         for (&t, &(total, gone)) in &per_txn {
-            if t > pack_tid || gone == 0 {
+            if t > pack_tid {
                 continue;
             }
             if gone == total {
@@ -731,8 +745,10 @@ impl VersionedStore {
                 stats.transactions_removed += 1;
             } else {
                 let mut rec = self.txn_record(t).await?;
-                rec.status = b'p';
-                ops.push((records::txn_key(t), Some(rec.encode())));
+                if rec.status != b'p' {
+                    rec.status = b'p';
+                    ops.push((records::txn_key(t), Some(rec.encode())));
+                }
             }
         }
         // Data no remaining revision names.

@@ -232,6 +232,8 @@ async fn pack_drops_old_revisions_unreachable_objects_and_their_data() {
     // Transaction 1 lost every record; 2 and 3 remain.
     let txns = s.transactions(Tid::ZERO, Tid::MAX).await.unwrap();
     assert_eq!(txns.iter().map(|t| t.tid).collect::<Vec<_>>(), vec![t2, t3]);
+    // Up to the pack time, transactions are marked packed (no longer undoable).
+    assert_eq!((txns[0].record.status, txns[1].record.status), (b'p', b' '));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
