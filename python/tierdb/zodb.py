@@ -245,11 +245,11 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
                 oid, committed, read, _ = err.args
                 raise POSException.ReadConflictError(oid=oid, serials=(committed, read))
             except _native.UndoError as err:
-                oid, undone, _ = err.args
+                oid, _undone, _ = err.args
                 if oid in stores:
                     raise POSException.UndoError(
                         "Some data were modified by a later transaction", oid)
-                stores[oid] = (oid, *self._resolve_undo(oid, undone))
+                stores[oid] = (oid, *self._resolve_undo(oid))
                 resolved.append(oid)
             except _native.TierError as err:
                 raise POSException.StorageError(str(err))
@@ -258,20 +258,29 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
             return list(oids)
         return resolved or None
 
-    def _resolve_undo(self, oid, undone):
-        """Undo of `undone` on an object changed since: let conflict resolution merge the
-        state before `undone` into the current one, as FileStorage does."""
+    def _resolve_undo(self, oid):
+        """Undo, in this transaction, of every undone transaction that wrote `oid`, on an
+        object changed since: conflict resolution merges each state before an undone
+        transaction into the current one in turn, as FileStorage does for one."""
+        undo_error = POSException.UndoError(
+            "Some data were modified by a later transaction", oid)
         try:
-            cdata, ctid = self._native.load(oid)
-            before = self._native.load_before(oid, undone)
+            data, ctid = self._native.load(oid)
         except _native.NotFoundError:
-            before = None
-        if before is None:
-            raise POSException.UndoError("Some data were modified by a later transaction", oid)
-        try:
-            data = self.tryToResolveConflict(oid, ctid, undone, before[0], committedData=cdata)
-        except POSException.ConflictError:
-            raise POSException.UndoError("Some data were modified by a later transaction", oid)
+            raise undo_error
+        for undone in self._undos:
+            wrote = any(r[0] == oid for t in self._native.transactions(undone, undone)
+                        for r in t[5])
+            if not wrote:
+                continue
+            before = self._native.load_before(oid, undone)
+            if before is None:
+                raise undo_error
+            try:
+                data = self.tryToResolveConflict(oid, ctid, undone, before[0],
+                                                 committedData=data)
+            except POSException.ConflictError:
+                raise undo_error
         return ctid, data
 
     def tpc_finish(self, transaction, func=lambda tid: None):
