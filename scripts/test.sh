@@ -23,4 +23,12 @@ export TIERDB_REQUIRE_MINIO=1
 echo "== cargo test"
 # Long torture runs and benchmarks stay out of CI; each suite is bounded here.
 timeout 2400 cargo test --workspace --locked -- --test-threads 2
+
+echo "== ZODB storage conformance (python/, issue 4 in progress: local directory only)"
+PY=$(scripts/python-env.sh | tail -1)
+ZT=$(mktemp -d -t tierdb-zodb.XXXXXX)
+ROOT=$(pwd)
+(cd "$ZT" && timeout 900 "$PY" -m pytest -q -p no:cacheprovider -o faulthandler_timeout=120 \
+  "$ROOT/python/tests/test_conformance.py" -k TierStorage)
+rm -rf "$ZT"
 echo "== all tests passed"
