@@ -212,7 +212,7 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
 
     def _meta(self, transaction):
         import pickle
-        ext = getattr(transaction, "extension", None) or getattr(transaction, "_extension", None) or {}
+        ext = getattr(transaction, "extension", None) or {}
         user = transaction.user
         desc = transaction.description
         if isinstance(user, str):
