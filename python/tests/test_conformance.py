@@ -37,15 +37,18 @@ class Mixins(
     IteratorStorage.ExtendedIteratorStorage,
     Synchronization.SynchronizedStorage,
     MTStorage.MTStorage,
-    PackableStorage.PackableStorage,
+    PackableStorage.PackableStorageWithOptionalGC,
     PackableStorage.PackableUndoStorage,
+    RecoveryStorage.RecoveryStorage,
     PersistentStorage.PersistentStorage,
     ReadOnlyStorage.ReadOnlyStorage,
     TransactionalUndoStorage.TransactionalUndoStorage,
     ConflictResolution.ConflictResolvingStorage,
     ConflictResolution.ConflictResolvingTransUndoStorage,
 ):
-    pass
+    # Both storages keep a transaction's extension as the bytes they were given (ZODB's own
+    # FileStorage tests set this too).
+    use_extension_bytes = True
 
 
 class TierStorageTests(StorageTestBase.StorageTestBase, Mixins):
@@ -53,6 +56,12 @@ class TierStorageTests(StorageTestBase.StorageTestBase, Mixins):
         StorageTestBase.StorageTestBase.setUp(self)
         self._dir = tempfile.mkdtemp(prefix="tierdb-zodb-")
         self.open(create=True)
+        self._dests = 0
+        self._dst = self.new_dest()
+
+    def new_dest(self):
+        self._dests += 1
+        return TierStorage(os.path.join(self._dir, "dest%d" % self._dests), create=True)
 
     def open(self, read_only=False, create=False, **kw):
         self._storage = TierStorage(
@@ -61,6 +70,7 @@ class TierStorageTests(StorageTestBase.StorageTestBase, Mixins):
 
     def tearDown(self):
         self._storage.close()
+        self._dst.close()
         StorageTestBase.StorageTestBase.tearDown(self)
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -71,6 +81,16 @@ class FileStorageReference(StorageTestBase.StorageTestBase, Mixins):
     def setUp(self):
         StorageTestBase.StorageTestBase.setUp(self)
         self.open(create=True)
+        self._dests = 0
+        self._dst = self.new_dest()
+
+    def new_dest(self):
+        self._dests += 1
+        return FileStorage("Dest%d.fs" % self._dests, create=True)
+
+    def tearDown(self):
+        self._dst.close()
+        StorageTestBase.StorageTestBase.tearDown(self)
 
     def open(self, read_only=False, create=False, **kw):
         self._storage = FileStorage("Data.fs", create=create, read_only=read_only)

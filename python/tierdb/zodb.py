@@ -212,13 +212,19 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
 
     def _meta(self, transaction):
         import pickle
-        ext = getattr(transaction, "extension", None) or {}
+        ext_bytes = getattr(transaction, "extension_bytes", None)
+        if ext_bytes is not None:
+            ext = None
+        else:
+            ext = getattr(transaction, "extension", None) or {}
         user = transaction.user
         desc = transaction.description
         if isinstance(user, str):
             user = user.encode("utf-8")
         if isinstance(desc, str):
             desc = desc.encode("utf-8")
+        if ext_bytes is not None:
+            return user, desc, ext_bytes
         return user, desc, pickle.dumps(ext, 3) if ext else b""
 
     def tpc_vote(self, transaction):
@@ -344,6 +350,11 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
     def record_iternext(self, next=None):
         raise NotImplementedError
 
+    def copyTransactionsFrom(self, other, verbose=0):
+        """Copies every transaction of `other`, keeping tids (ZODB's restore protocol)."""
+        import ZODB.BaseStorage
+        return ZODB.BaseStorage.copy(other, self, verbose)
+
     def pack(self, t, referencesf, gc=True):
         if self._read_only:
             raise POSException.ReadOnlyError()
@@ -371,6 +382,7 @@ class TierTransaction:
         self.status = status.decode("ascii")
         self.user = user
         self.description = desc
+        self.extension_bytes = ext
         try:
             self.extension = pickle.loads(ext) if ext else {}
         except Exception:
