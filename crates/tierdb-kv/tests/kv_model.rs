@@ -181,6 +181,11 @@ proptest! {
             .enable_all()
             .build()
             .expect("runtime");
-        rt.block_on(run(mode, seed, actions));
+        // A liveness guard, not a speed check: a stalled store must fail, not hang CI.
+        rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(300), run(mode, seed, actions))
+                .await
+                .expect("the model run stalled (no progress for 300 s)")
+        });
     }
 }

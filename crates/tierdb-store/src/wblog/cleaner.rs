@@ -305,10 +305,14 @@ fn finish(ctx: &CleanerCtx, job: Job, result: object_store::Result<Option<(PutRe
             let backoff = BACKOFF_MIN
                 .saturating_mul(1 << attempts.min(16))
                 .min(BACKOFF_MAX);
-            if create {
-                state.create_not_before = Some(Instant::now() + backoff);
-            } else {
+            if !create {
                 state.retry.push((Instant::now() + backoff, job.path));
+            } else if superseded {
+                // A later put or delete of the path replaced the create while it was in
+                // flight: that version is uploaded as an ordinary one.
+                state.ready.push_back(job.path);
+            } else {
+                state.create_not_before = Some(Instant::now() + backoff);
             }
         }
     }

@@ -397,3 +397,36 @@ async fn a_create_that_loses_to_another_writer_fences_the_directory() {
     );
     log.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_create_replaced_while_its_upload_fails_does_not_stall_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faulty = Arc::new(FaultStore::new(
+        capacity.clone(),
+        FaultConfig {
+            error_before: 1.0,
+            latency: Duration::from_millis(300),
+            ..Default::default()
+        },
+        1,
+    ));
+    let log = WbLog::open(dir.path(), options(), faulty.clone(), noop()).unwrap();
+    log.put_create(&wal(1), vec![Bytes::from_static(b"w1")])
+        .await
+        .unwrap();
+    // The create's upload is now in flight and will fail; replace it meanwhile.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    log.delete(&wal(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    faulty.set_config(FaultConfig::default());
+    tokio::time::timeout(Duration::from_secs(20), log.barrier())
+        .await
+        .expect("the barrier must not stall on a replaced create")
+        .unwrap();
+    assert!(matches!(
+        capacity.get(&wal(1)).await,
+        Err(object_store::Error::NotFound { .. })
+    ));
+    log.close().await.unwrap();
+}
