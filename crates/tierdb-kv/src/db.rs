@@ -10,7 +10,7 @@ use bytes::Bytes;
 use object_store::ObjectStore;
 use object_store::path::Path;
 use slatedb::config::{DurabilityLevel, ReadOptions, ScanOptions, WriteOptions};
-use slatedb::{Db, DbIterator, DbReader, DbReaderMode, DbSnapshot};
+use slatedb::{Db, DbIterator, DbReadOps, DbReader, DbReaderMode, DbSnapshot};
 use tierdb_store::{TierStats, TieredStore};
 
 use crate::error::{KvError, Result};
@@ -48,23 +48,60 @@ async fn drain(
     Ok(out)
 }
 
-/// Runs a scan opened by `open` (skipping SlateDB for an empty range) and collects it.
-async fn scan_with<Fut>(
+/// `get` on any SlateDB read view (writer, snapshot, reader), durable data only.
+async fn view_get(view: &impl DbReadOps, name: &str, key: &[u8]) -> Result<Option<Bytes>> {
+    view.get_with_options(key, &read_options())
+        .await
+        .map_err(|e| KvError::engine(name, "get", e))
+}
+
+/// A scan on any SlateDB read view, collected; an empty range never reaches SlateDB.
+async fn view_scan(
+    view: &impl DbReadOps,
     name: &str,
     range: (Bound<Bytes>, Bound<Bytes>),
     limit: Option<usize>,
-    open: impl FnOnce((Bound<Bytes>, Bound<Bytes>)) -> Fut,
-) -> Result<Vec<(Bytes, Bytes)>>
-where
-    Fut: std::future::Future<Output = std::result::Result<DbIterator, slatedb::Error>>,
-{
+    options: ScanOptions,
+) -> Result<Vec<(Bytes, Bytes)>> {
     if crate::range_is_empty(&range) {
         return Ok(Vec::new());
     }
-    let iter = open(range)
+    let iter = view
+        .scan_with_options(range, &options)
         .await
         .map_err(|e| KvError::engine(name, "scan", e))?;
     drain(name, iter, limit).await
+}
+
+/// `KvRead` for a type with a `name` field, reading through the SlateDB view `$view`.
+macro_rules! kv_read_via {
+    ($ty:ty, |$s:ident| $view:expr) => {
+        #[async_trait]
+        impl KvRead for $ty {
+            async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+                let $s = self;
+                view_get($view, &self.name, key).await
+            }
+
+            async fn scan(
+                &self,
+                range: (Bound<Bytes>, Bound<Bytes>),
+                limit: Option<usize>,
+            ) -> Result<Vec<(Bytes, Bytes)>> {
+                let $s = self;
+                view_scan($view, &self.name, range, limit, scan_options()).await
+            }
+
+            async fn scan_desc(
+                &self,
+                range: (Bound<Bytes>, Bound<Bytes>),
+                limit: Option<usize>,
+            ) -> Result<Vec<(Bytes, Bytes)>> {
+                let $s = self;
+                view_scan($view, &self.name, range, limit, scan_desc_options()).await
+            }
+        }
+    };
 }
 
 /// Group commit: writers append to SlateDB's WAL buffer, then one of them flushes the WAL
@@ -332,39 +369,7 @@ fn wal_dir(db: &Path) -> Path {
     db.clone().join("wal")
 }
 
-#[async_trait]
-impl KvRead for KvDb {
-    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.db
-            .get_with_options(key, &read_options())
-            .await
-            .map_err(|e| KvError::engine(&self.name, "get", e))
-    }
-
-    async fn scan(
-        &self,
-        range: (Bound<Bytes>, Bound<Bytes>),
-        limit: Option<usize>,
-    ) -> Result<Vec<(Bytes, Bytes)>> {
-        let options = scan_options();
-        scan_with(&self.name, range, limit, |r| {
-            self.db.scan_with_options(r, &options)
-        })
-        .await
-    }
-
-    async fn scan_desc(
-        &self,
-        range: (Bound<Bytes>, Bound<Bytes>),
-        limit: Option<usize>,
-    ) -> Result<Vec<(Bytes, Bytes)>> {
-        let options = scan_desc_options();
-        scan_with(&self.name, range, limit, |r| {
-            self.db.scan_with_options(r, &options)
-        })
-        .await
-    }
-}
+kv_read_via!(KvDb, |s| &s.db);
 
 #[async_trait]
 impl KvWrite for KvDb {
@@ -409,39 +414,7 @@ impl std::fmt::Debug for KvSnapshot {
     }
 }
 
-#[async_trait]
-impl KvRead for KvSnapshot {
-    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.snap
-            .get_with_options(key, &read_options())
-            .await
-            .map_err(|e| KvError::engine(&self.name, "get", e))
-    }
-
-    async fn scan(
-        &self,
-        range: (Bound<Bytes>, Bound<Bytes>),
-        limit: Option<usize>,
-    ) -> Result<Vec<(Bytes, Bytes)>> {
-        let options = scan_options();
-        scan_with(&self.name, range, limit, |r| {
-            self.snap.scan_with_options(r, &options)
-        })
-        .await
-    }
-
-    async fn scan_desc(
-        &self,
-        range: (Bound<Bytes>, Bound<Bytes>),
-        limit: Option<usize>,
-    ) -> Result<Vec<(Bytes, Bytes)>> {
-        let options = scan_desc_options();
-        scan_with(&self.name, range, limit, |r| {
-            self.snap.scan_with_options(r, &options)
-        })
-        .await
-    }
-}
+kv_read_via!(KvSnapshot, |s| s.snap.as_ref());
 
 /// A read-only follower of a database: sees new commits within the poll interval (plus the
 /// time to read the new WAL objects). It never fences the writer.
@@ -533,39 +506,7 @@ impl KvReplica {
     }
 }
 
-#[async_trait]
-impl KvRead for KvReplica {
-    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.reader
-            .get(key)
-            .await
-            .map_err(|e| KvError::engine(&self.name, "get", e))
-    }
-
-    async fn scan(
-        &self,
-        range: (Bound<Bytes>, Bound<Bytes>),
-        limit: Option<usize>,
-    ) -> Result<Vec<(Bytes, Bytes)>> {
-        let options = ScanOptions::new();
-        scan_with(&self.name, range, limit, |r| {
-            self.reader.scan_with_options(r, &options)
-        })
-        .await
-    }
-
-    async fn scan_desc(
-        &self,
-        range: (Bound<Bytes>, Bound<Bytes>),
-        limit: Option<usize>,
-    ) -> Result<Vec<(Bytes, Bytes)>> {
-        let options = ScanOptions::new().with_order(slatedb::IterationOrder::Descending);
-        scan_with(&self.name, range, limit, |r| {
-            self.reader.scan_with_options(r, &options)
-        })
-        .await
-    }
-}
+kv_read_via!(KvReplica, |s| &s.reader);
 
 /// Sizes and LSM levels of a database, from its manifest.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
