@@ -10,8 +10,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod common;
 
 use tierdb_kv::{KvDb, KvOptions, KvRead};
 use tierdb_store::{CapacityOptions, StoreUrl, TierOptions, TieredStore, WriteMode, open_capacity};
@@ -19,48 +18,21 @@ use tierdb_store::{CapacityOptions, StoreUrl, TierOptions, TieredStore, WriteMod
 const ROWS: usize = 20;
 
 fn kill_mid_stream(db: &str, mode: &str, cache: &std::path::Path, acks: usize) -> Vec<u64> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tierdb"))
-        .args([
-            "debug",
-            "kv-commit-stream",
-            db,
-            "--create",
-            "--memtable-bytes",
-            "128KiB",
-            "--write-mode",
-            mode,
-            "--cache-bytes",
-            "16MiB",
-            "--memory-bytes",
-            "4MiB",
-            "--cache-dir",
-        ])
-        .arg(cache)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut acked = Vec::new();
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        let i = line
-            .strip_prefix("acked ")
-            .unwrap_or_else(|| panic!("unexpected output {line:?}"));
-        acked.push(i.parse::<u64>().unwrap());
-        if acked.len() == acks {
-            #[allow(unsafe_code)]
-            let rc = unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-            assert_eq!(rc, 0);
-            break;
-        }
-    }
-    let status = child.wait().unwrap();
-    assert!(
-        !status.success(),
-        "the writer must have been killed: {status:?}"
-    );
-    acked
+    let args = [
+        "debug",
+        "kv-commit-stream",
+        db,
+        "--create",
+        "--memtable-bytes",
+        "128KiB",
+        "--write-mode",
+        mode,
+        "--cache-bytes",
+        "16MiB",
+        "--memory-bytes",
+        "4MiB",
+    ];
+    common::kill_after_acks(&args, cache, "acked ", acks)
 }
 
 /// The database's path inside the store the CLI opens (bucket or filesystem root).

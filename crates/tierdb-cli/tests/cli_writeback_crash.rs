@@ -10,8 +10,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod common;
 
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
@@ -24,46 +23,18 @@ fn expected(i: u64) -> Vec<u8> {
 }
 
 fn kill_mid_stream(url: &str, cache_dir: &std::path::Path, acks_before_kill: usize) -> Vec<u64> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tierdb"))
-        .args([
-            "debug",
-            "write-stream",
-            url,
-            "--write-mode",
-            "write-back",
-            "--cache-bytes",
-            "16MiB",
-            "--memory-bytes",
-            "4MiB",
-            "--cache-dir",
-        ])
-        .arg(cache_dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut acked = Vec::new();
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        let key = line
-            .strip_prefix("acked k")
-            .unwrap_or_else(|| panic!("unexpected output {line:?}"));
-        acked.push(key.parse::<u64>().unwrap());
-        if acked.len() == acks_before_kill {
-            // SAFETY-free: libc::kill is a plain syscall wrapper.
-            #[allow(unsafe_code)]
-            let rc = unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-            assert_eq!(rc, 0);
-            break;
-        }
-    }
-    let status = child.wait().unwrap();
-    assert!(
-        !status.success(),
-        "the writer must have been killed, not finished: {status:?}"
-    );
-    acked
+    let args = [
+        "debug",
+        "write-stream",
+        url,
+        "--write-mode",
+        "write-back",
+        "--cache-bytes",
+        "16MiB",
+        "--memory-bytes",
+        "4MiB",
+    ];
+    common::kill_after_acks(&args, cache_dir, "acked k", acks_before_kill)
 }
 
 async fn check_after_restart(url: &StoreUrl, cache_dir: &std::path::Path, acked: &[u64]) {
