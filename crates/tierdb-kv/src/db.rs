@@ -242,6 +242,11 @@ impl KvDb {
         &self.name
     }
 
+    /// The database's prefix in its store.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub fn store(&self) -> &TieredStore {
         &self.store
     }
@@ -492,6 +497,10 @@ impl KvReplica {
 
     pub fn tier_stats(&self) -> TierStats {
         self.store.stats()
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub fn store(&self) -> &TieredStore {

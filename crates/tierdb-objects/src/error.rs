@@ -29,6 +29,21 @@ pub enum ObjError {
     #[error("cannot undo transaction {tid}: object {oid} was changed by a later transaction")]
     Undo { tid: Tid, oid: Oid },
 
+    /// A write through a read-only open.
+    #[error("{db} was opened read-only; open it without read_only to write")]
+    ReadOnly { db: String },
+
+    /// A blob could not be read, written or found.
+    #[error("blob of object {oid} in revision {tid}: {reason}")]
+    Blob { oid: Oid, tid: Tid, reason: String },
+
+    /// The references in an object's data could not be found (pack's garbage collection).
+    #[error(
+        "cannot read the references in object {oid} (revision {tid}): {reason}; \
+         nothing was packed"
+    )]
+    References { oid: Oid, tid: Tid, reason: String },
+
     #[error("transaction {tid} not found")]
     NoTransaction { tid: Tid },
 

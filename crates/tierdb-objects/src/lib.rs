@@ -7,12 +7,16 @@
 //! unreferenced data, transaction iteration, and restore for copying from another storage.
 //! The key layout is in [`records`]. The Python ZODB storage (`python/`) is built on it.
 
+mod blobs;
 pub mod error;
+mod handle;
 pub mod ids;
 pub mod records;
 mod store;
 
+pub use blobs::SINGLE_PUT_MAX;
 pub use error::{ObjError, Result};
+pub use handle::KvHandle;
 pub use ids::{Oid, Tid};
 pub use records::{TxnMeta, TxnRecord};
 pub use store::{

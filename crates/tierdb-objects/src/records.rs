@@ -101,6 +101,25 @@ pub fn parse_txn_key(key: &[u8]) -> Option<Tid> {
     Tid::from_bytes(&key[1..9])
 }
 
+/// Where the blob with content hash `h` of the database at `db` is kept in the object
+/// store: `<db>/blobs/<first byte>/<hash>` (content addressed: one object per distinct blob).
+pub fn blob_path(db: &str, h: &Hash) -> String {
+    let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}/blobs/{}/{}", db.trim_end_matches('/'), &hex[..2], hex)
+}
+
+/// The hash named by a blob object's file name (`None` for anything else).
+pub fn parse_blob_name(name: &str) -> Option<Hash> {
+    if name.len() != 64 {
+        return None;
+    }
+    let mut h = [0u8; 32];
+    for (i, out) in h.iter_mut().enumerate() {
+        *out = u8::from_str_radix(name.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(h)
+}
+
 /// Reads fields off a stored value, failing (not panicking) on short input.
 struct Reader<'a> {
     key: &'a [u8],
@@ -216,18 +235,26 @@ pub struct Revision {
     pub data_txn: Option<Tid>,
     /// The previous revision's tid (`Tid::ZERO`: none).
     pub prev: Tid,
+    /// The content hash of the revision's blob (ZODB blobs), kept as its own object in
+    /// the object store under `<db>/blobs/` (see [`blob_path`]).
+    pub blob: Option<Hash>,
 }
 
 impl Revision {
     pub fn encode(&self) -> Bytes {
-        let mut out = BytesMut::with_capacity(50);
+        let mut out = BytesMut::with_capacity(83);
         out.put_u8(VERSION);
-        match &self.data {
-            Some(h) => {
+        match (&self.data, &self.blob) {
+            (Some(h), None) => {
                 out.put_u8(1);
                 out.put_slice(h);
             }
-            None => out.put_u8(2),
+            (None, _) => out.put_u8(2),
+            (Some(h), Some(blob)) => {
+                out.put_u8(3);
+                out.put_slice(h);
+                out.put_slice(blob);
+            }
         }
         out.put_u64(self.data_txn.map_or(0, |t| t.0));
         out.put_u64(self.prev.0);
@@ -236,9 +263,10 @@ impl Revision {
 
     pub fn decode(key: &[u8], v: &[u8]) -> Result<Self> {
         let mut r = Reader::new(key, v)?;
-        let data = match r.u8()? {
-            1 => Some(r.hash()?),
-            2 => None,
+        let (data, blob) = match r.u8()? {
+            1 => (Some(r.hash()?), None),
+            2 => (None, None),
+            3 => (Some(r.hash()?), Some(r.hash()?)),
             k => return Err(r.damaged(format!("unknown revision kind {k}"))),
         };
         let data_txn = match r.u64()? {
@@ -251,6 +279,7 @@ impl Revision {
             data,
             data_txn,
             prev,
+            blob,
         })
     }
 }
@@ -354,9 +383,18 @@ mod tests {
             data: Some([7; 32]),
             data_txn: Some(Tid(5)),
             prev: Tid(3),
+            blob: None,
         };
         let k = rev_key(Oid(1), Tid(9));
         assert_eq!(Revision::decode(&k, &rev.encode()).unwrap(), rev);
+        let with_blob = Revision {
+            blob: Some([9; 32]),
+            ..rev
+        };
+        assert_eq!(
+            Revision::decode(&k, &with_blob.encode()).unwrap(),
+            with_blob
+        );
         let txn = TxnRecord {
             status: b' ',
             meta: TxnMeta {

@@ -2,12 +2,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tierdb_kv::{Batch, KvDb, KvRead, KvWrite, prefix_end};
+use tierdb_kv::{Batch, KvDb, KvRead, KvReplica, prefix_end};
 
+use crate::blobs::Blobs;
 use crate::error::{ObjError, Result};
+use crate::handle::KvHandle;
 use crate::ids::{Oid, Tid};
 use crate::records::{self, DataRecord, Hash, Meta, Revision, TxnMeta, TxnRecord};
 
@@ -25,8 +28,10 @@ fn prefix(p: Bytes) -> (Bound<Bytes>, Bound<Bytes>) {
     (Bound::Included(p), end)
 }
 
-/// The oids an object's data refers to (for ZODB: `ZODB.serialize.referencesf`).
-pub type References = dyn Fn(&[u8]) -> Vec<Oid> + Send + Sync;
+/// The oids an object's data refers to (for ZODB: `ZODB.serialize.referencesf`), or why
+/// they cannot be read (pack then stops: collecting garbage with unknown references could
+/// delete live objects).
+pub type References = dyn Fn(&[u8]) -> std::result::Result<Vec<Oid>, String> + Send + Sync;
 
 /// One revision as history shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +66,10 @@ pub struct PackStats {
     pub objects_removed: u64,
     pub data_removed: u64,
     pub transactions_removed: u64,
+    /// Blob objects deleted (no remaining revision names them).
+    pub blobs_removed: u64,
+    /// The revisions removed that had a blob (so caches of blob files can drop them).
+    pub blob_revisions_removed: Vec<(Oid, Tid)>,
 }
 
 /// Counts for `tierdb zodb stats`.
@@ -76,6 +85,9 @@ pub struct StoreStats {
     pub unique_bytes: u64,
     /// Bytes stored for the data records (after compression).
     pub stored_bytes: u64,
+    /// Revisions with a blob, and the distinct blobs they name.
+    pub blob_revisions: u64,
+    pub blobs: u64,
 }
 
 /// A transaction being built: the first phase of two-phase commit.
@@ -83,6 +95,8 @@ pub struct StoreStats {
 pub struct Txn {
     meta: TxnMeta,
     stores: BTreeMap<Oid, (Tid, Option<Bytes>)>,
+    /// Blob files of stored or restored objects, uploaded at vote.
+    blobs: BTreeMap<Oid, PathBuf>,
     read_current: BTreeMap<Oid, Tid>,
     undos: Vec<Tid>,
     /// Restore: copy revisions with given tids and data_txn, no conflict checks.
@@ -113,6 +127,19 @@ impl Txn {
     /// (`Tid::ZERO` for a new object). `None` data marks the object as having no data.
     pub fn store(&mut self, oid: Oid, serial: Tid, data: Option<Bytes>) {
         self.stores.insert(oid, (serial, data));
+    }
+
+    /// Stores `data` with the blob in `file` (ZODB's storeBlob). The file is read at vote;
+    /// the caller keeps it until then and removes it afterwards.
+    pub fn store_blob(&mut self, oid: Oid, serial: Tid, data: Bytes, file: PathBuf) {
+        self.stores.insert(oid, (serial, Some(data)));
+        self.blobs.insert(oid, file);
+    }
+
+    /// Restore of a revision with a blob (ZODB's restoreBlob).
+    pub fn restore_blob(&mut self, oid: Oid, data: Bytes, file: PathBuf) {
+        self.restored.insert(oid, (Some(data), None));
+        self.blobs.insert(oid, file);
     }
 
     /// Restore: `oid`'s revision in this transaction holds `data` (or the data of
@@ -154,7 +181,8 @@ pub struct Voted {
 /// The versioned transactional object store on one key-value database.
 #[derive(Debug)]
 pub struct VersionedStore {
-    kv: Arc<KvDb>,
+    kv: KvHandle,
+    blobs: Blobs,
     meta: parking_lot::Mutex<Meta>,
     next_oid: parking_lot::Mutex<u64>,
     commit: Arc<tokio::sync::Mutex<()>>,
@@ -163,6 +191,17 @@ pub struct VersionedStore {
 impl VersionedStore {
     /// Opens the object store kept in `kv` (an empty database becomes an empty store).
     pub async fn open(kv: Arc<KvDb>) -> Result<Self> {
+        let root = kv.path().to_string();
+        Self::open_handle(KvHandle::Writer(kv), &root).await
+    }
+
+    /// Opens the object store of the database at `path` read-only, through a follower of
+    /// its writer: nothing is written and no writer is fenced. [`Self::refresh`] catches up.
+    pub async fn open_read_only(replica: Arc<KvReplica>, path: &str) -> Result<Self> {
+        Self::open_handle(KvHandle::Reader(replica), path).await
+    }
+
+    async fn open_handle(kv: KvHandle, root: &str) -> Result<Self> {
         let key = records::meta_key();
         let meta = match kv.get(&key).await? {
             Some(v) => Meta::decode(&key, &v)?,
@@ -172,13 +211,30 @@ impl VersionedStore {
             // Oid 0 is the root, which the database creates itself: never hand it out.
             next_oid: parking_lot::Mutex::new(meta.oid_reserved.max(1)),
             meta: parking_lot::Mutex::new(meta),
+            blobs: Blobs::new(kv.store().clone(), root),
             kv,
             commit: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
-    pub fn kv(&self) -> &Arc<KvDb> {
+    pub fn kv(&self) -> &KvHandle {
         &self.kv
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.kv.is_read_only()
+    }
+
+    /// A read-only open: re-reads the store's state (the last transaction) as the follower
+    /// now sees it. Returns the last tid. The writer's own state is always current.
+    pub async fn refresh(&self) -> Result<Tid> {
+        if self.kv.is_read_only() {
+            let key = records::meta_key();
+            if let Some(v) = self.kv.get(&key).await? {
+                *self.meta.lock() = Meta::decode(&key, &v)?;
+            }
+        }
+        Ok(self.last_tid())
     }
 
     /// The tid of the last committed transaction (`Tid::ZERO` when empty).
@@ -189,6 +245,11 @@ impl VersionedStore {
     /// A new object id, never handed out before (oids are reserved durably in blocks, so a
     /// crash can leave gaps but never reuse one).
     pub async fn new_oid(&self) -> Result<Oid> {
+        if self.kv.is_read_only() {
+            return Err(ObjError::ReadOnly {
+                db: self.kv.name().to_string(),
+            });
+        }
         loop {
             {
                 let mut next = self.next_oid.lock();
@@ -429,6 +490,11 @@ impl VersionedStore {
     /// The second phase's first half: takes the commit lock, checks conflicts and
     /// read-current serials, resolves undos, writes the data durably and assigns the tid.
     pub async fn vote(&self, txn: Txn) -> Result<Voted> {
+        if self.kv.is_read_only() {
+            return Err(ObjError::ReadOnly {
+                db: self.kv.name().to_string(),
+            });
+        }
         let lock = self.commit.clone().lock_owned().await;
         let last = self.last_tid();
         let tid = match txn.restore {
@@ -477,15 +543,22 @@ impl VersionedStore {
                     data: hash,
                     data_txn: None,
                     prev: committed,
+                    blob: self.upload_blob(&txn, oid, tid).await?,
                 },
             );
         }
         for (&oid, (data, data_txn)) in &txn.restored {
             let prev = self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t);
-            let hash = match (data, data_txn) {
-                (Some(d), _) => Some(self.stage_data(d, &mut data_batch, &mut staged).await?),
-                (None, Some(from)) => self.revision(oid, *from).await?.and_then(|r| r.data),
-                (None, None) => None,
+            let (hash, blob) = match (data, data_txn) {
+                (Some(d), _) => (
+                    Some(self.stage_data(d, &mut data_batch, &mut staged).await?),
+                    self.upload_blob(&txn, oid, tid).await?,
+                ),
+                (None, Some(from)) => match self.revision(oid, *from).await? {
+                    Some(r) => (r.data, r.blob),
+                    None => (None, None),
+                },
+                (None, None) => (None, None),
             };
             revisions.insert(
                 oid,
@@ -493,6 +566,7 @@ impl VersionedStore {
                     data: hash,
                     data_txn: *data_txn,
                     prev,
+                    blob,
                 },
             );
         }
@@ -509,6 +583,48 @@ impl VersionedStore {
             meta: txn.meta,
             _lock: lock,
         })
+    }
+
+    /// Uploads the blob file the transaction gives for `oid`, if any; returns its hash.
+    async fn upload_blob(&self, txn: &Txn, oid: Oid, tid: Tid) -> Result<Option<Hash>> {
+        let Some(file) = txn.blobs.get(&oid) else {
+            return Ok(None);
+        };
+        self.blobs
+            .upload(file)
+            .await
+            .map(Some)
+            .map_err(|reason| ObjError::Blob { oid, tid, reason })
+    }
+
+    /// The hash of the blob of `oid`'s revision `serial`.
+    pub async fn blob_of(&self, oid: Oid, serial: Tid) -> Result<[u8; 32]> {
+        match self.revision(oid, serial).await? {
+            Some(Revision {
+                blob: Some(h),
+                data: Some(_),
+                ..
+            }) => Ok(h),
+            Some(_) => Err(ObjError::Blob {
+                oid,
+                tid: serial,
+                reason: "this revision has no blob".into(),
+            }),
+            None => Err(ObjError::NoRevision { oid, serial }),
+        }
+    }
+
+    /// Writes the blob of `oid`'s revision `serial` to the file `dest`.
+    pub async fn load_blob(&self, oid: Oid, serial: Tid, dest: &Path) -> Result<()> {
+        let h = self.blob_of(oid, serial).await?;
+        self.blobs
+            .download(&h, dest)
+            .await
+            .map_err(|reason| ObjError::Blob {
+                oid,
+                tid: serial,
+                reason,
+            })
     }
 
     /// Undo of `undone`: each object it wrote goes back to its revision before `undone`,
@@ -548,9 +664,9 @@ impl VersionedStore {
                 Tid::ZERO => None,
                 p => Some((p, self.revision(oid, p).await?)),
             };
-            let (data, data_txn) = match before {
-                Some((p, Some(r))) => (r.data, Some(r.data_txn.unwrap_or(p))),
-                _ => (None, None),
+            let (data, data_txn, blob) = match before {
+                Some((p, Some(r))) => (r.data, Some(r.data_txn.unwrap_or(p)), r.blob),
+                _ => (None, None, None),
             };
             revisions.insert(
                 oid,
@@ -558,6 +674,7 @@ impl VersionedStore {
                     data,
                     data_txn,
                     prev: cur_tid,
+                    blob,
                 },
             );
         }
@@ -645,6 +762,11 @@ impl VersionedStore {
     /// reachable from the root at `pack_tid` and not written after it are removed too. Then
     /// data records no revision names are collected. Holds the commit lock throughout.
     pub async fn pack(&self, pack_tid: Tid, refs: Option<&References>) -> Result<PackStats> {
+        if self.kv.is_read_only() {
+            return Err(ObjError::ReadOnly {
+                db: self.kv.name().to_string(),
+            });
+        }
         let _lock = self.commit.clone().lock_owned().await;
         let mut stats = PackStats::default();
         // Every revision, grouped by object (ascending tid).
@@ -660,7 +782,7 @@ impl VersionedStore {
                 .push((tid, Revision::decode(k, v)?));
         }
         let mut remove: Vec<(Oid, Tid)> = Vec::new();
-        let mut at_pack: HashMap<Oid, Option<Hash>> = HashMap::new();
+        let mut at_pack: HashMap<Oid, (Tid, Option<Hash>)> = HashMap::new();
         let mut written_after: BTreeSet<Oid> = BTreeSet::new();
         for (&oid, revs) in &by_oid {
             let keep_from = revs.iter().rposition(|(t, _)| *t <= pack_tid);
@@ -671,7 +793,7 @@ impl VersionedStore {
                 for (t, _) in &revs[..i] {
                     remove.push((oid, *t));
                 }
-                at_pack.insert(oid, revs[i].1.data);
+                at_pack.insert(oid, (revs[i].0, revs[i].1.data));
                 if revs[i].1.data.is_none() {
                     remove.push((oid, revs[i].0));
                 }
@@ -685,20 +807,25 @@ impl VersionedStore {
                 if !reachable.insert(oid) {
                     continue;
                 }
-                let mut datas: Vec<Hash> =
-                    at_pack.get(&oid).copied().flatten().into_iter().collect();
+                let mut datas: Vec<(Tid, Hash)> = at_pack
+                    .get(&oid)
+                    .and_then(|&(t, h)| h.map(|h| (t, h)))
+                    .into_iter()
+                    .collect();
                 if written_after.contains(&oid) {
                     for (t, r) in by_oid.get(&oid).map(|v| v.as_slice()).unwrap_or(&[]) {
                         if *t > pack_tid
                             && let Some(h) = r.data
                         {
-                            datas.push(h);
+                            datas.push((*t, h));
                         }
                     }
                 }
-                for h in datas {
+                for (tid, h) in datas {
                     let data = self.read_data(&h).await?;
-                    todo.extend(refs(&data).into_iter().filter(|o| !reachable.contains(o)));
+                    let found =
+                        refs(&data).map_err(|reason| ObjError::References { oid, tid, reason })?;
+                    todo.extend(found.into_iter().filter(|o| !reachable.contains(o)));
                 }
             }
             for (&oid, revs) in &by_oid {
@@ -751,14 +878,22 @@ impl VersionedStore {
                 }
             }
         }
-        // Data no remaining revision names.
+        // Data and blobs no remaining revision names.
         let mut named: BTreeSet<Hash> = BTreeSet::new();
+        let mut named_blobs: BTreeSet<Hash> = BTreeSet::new();
         for (&oid, revs) in &by_oid {
             for (t, r) in revs {
-                if !removed.contains(&(oid, *t))
-                    && let Some(h) = r.data
-                {
+                if removed.contains(&(oid, *t)) {
+                    if r.blob.is_some() {
+                        stats.blob_revisions_removed.push((oid, *t));
+                    }
+                    continue;
+                }
+                if let Some(h) = r.data {
                     named.insert(h);
+                }
+                if let Some(b) = r.blob {
+                    named_blobs.insert(b);
                 }
             }
         }
@@ -786,6 +921,19 @@ impl VersionedStore {
                 };
             }
             self.kv.commit(std::mem::take(&mut batch)).await?;
+        }
+        // Blobs last: the revisions naming them are gone now, and uploads for new
+        // revisions happen under the commit lock this pack holds.
+        let blob_err = |reason| ObjError::Blob {
+            oid: Oid::ROOT,
+            tid: pack_tid,
+            reason,
+        };
+        for h in self.blobs.list().await.map_err(blob_err)? {
+            if !named_blobs.contains(&h) {
+                self.blobs.delete(&h).await.map_err(blob_err)?;
+                stats.blobs_removed += 1;
+            }
         }
         Ok(stats)
     }
@@ -819,6 +967,7 @@ impl VersionedStore {
             sizes.insert(h, rec.raw_len);
         }
         let mut last_oid = None;
+        let mut blobs = BTreeSet::new();
         for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"o")), None).await? {
             let Some((oid, _)) = records::parse_rev_key(&k) else {
                 continue;
@@ -828,10 +977,16 @@ impl VersionedStore {
                 s.objects += 1;
                 last_oid = Some(oid);
             }
-            if let Some(h) = Revision::decode(&k, &v)?.data {
+            let rev = Revision::decode(&k, &v)?;
+            if let Some(h) = rev.data {
                 s.logical_bytes += sizes.get(&h).copied().unwrap_or(0);
             }
+            if let Some(b) = rev.blob {
+                s.blob_revisions += 1;
+                blobs.insert(b);
+            }
         }
+        s.blobs = blobs.len() as u64;
         s.transactions = self
             .kv
             .scan(prefix(Bytes::from_static(b"t")), None)

@@ -25,6 +25,21 @@ async fn open_on(capacity: Arc<InMemory>) -> VersionedStore {
     VersionedStore::open(Arc::new(kv)).await.unwrap()
 }
 
+async fn kv_on(capacity: Arc<InMemory>) -> (TieredStore, Arc<KvDb>) {
+    let store = TieredStore::with_capacity(capacity, "memory".into(), TierOptions::default())
+        .await
+        .unwrap();
+    let options = KvOptions {
+        create: true,
+        compaction: false,
+        ..KvOptions::default()
+    };
+    let kv = KvDb::open(store.clone(), "zodb", "zodb", &options)
+        .await
+        .unwrap();
+    (store, Arc::new(kv))
+}
+
 async fn open() -> VersionedStore {
     open_on(Arc::new(InMemory::new())).await
 }
@@ -204,8 +219,8 @@ async fn pack_drops_old_revisions_unreachable_objects_and_their_data() {
     .await;
     let t2 = commit(&s, "2", &[(root, t1, "ref:1"), (kept, t1, "k2")]).await;
     let t3 = commit(&s, "3", &[(kept, t2, "k3")]).await;
-    let refs = |data: &[u8]| -> Vec<Oid> {
-        std::str::from_utf8(data)
+    let refs = |data: &[u8]| -> Result<Vec<Oid>, String> {
+        Ok(std::str::from_utf8(data)
             .ok()
             .and_then(|s| s.strip_prefix("ref:"))
             .map(|l| {
@@ -214,8 +229,22 @@ async fn pack_drops_old_revisions_unreachable_objects_and_their_data() {
                     .map(Oid)
                     .collect()
             })
-            .unwrap_or_default()
+            .unwrap_or_default())
     };
+    // References that cannot be read stop the pack, naming the object, before any change.
+    let unreadable = |data: &[u8]| -> Result<Vec<Oid>, String> {
+        if data.starts_with(b"k") {
+            Err("not a pickle".into())
+        } else {
+            Ok(Vec::new())
+        }
+    };
+    let before = s.transactions(Tid::ZERO, Tid::MAX).await.unwrap();
+    match s.pack(t2, Some(&unreadable)).await {
+        Err(ObjError::References { oid, .. }) => assert_eq!(oid, kept),
+        other => panic!("expected a references error, got {other:?}"),
+    }
+    assert_eq!(s.transactions(Tid::ZERO, Tid::MAX).await.unwrap(), before);
     let stats = s.pack(t2, Some(&refs)).await.unwrap();
     // kept: t1 removed, t2 (current at pack time) and t3 stay; root: t1 removed; orphan gone.
     assert_eq!(stats.objects_removed, 1, "{stats:?}");
@@ -272,4 +301,110 @@ async fn oids_are_never_reused_across_reopen() {
     let s = open_on(capacity).await;
     let second = s.new_oid().await.unwrap();
     assert!(second > first, "{first} then {second}");
+}
+
+fn blob_file(dir: &std::path::Path, name: &str, content: &[u8]) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_are_stored_once_per_content_follow_undo_and_are_packed_away() {
+    let capacity = Arc::new(InMemory::new());
+    let (_store, kv) = kv_on(capacity.clone()).await;
+    let s = VersionedStore::open(kv).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let a = s.new_oid().await.unwrap();
+    let b = s.new_oid().await.unwrap();
+    let big: Vec<u8> = (0..(tierdb_objects::SINGLE_PUT_MAX as usize + 3 * 1024 * 1024))
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let mut txn = Txn::new(meta("blobs"));
+    txn.store_blob(
+        a,
+        Tid::ZERO,
+        Bytes::from("A"),
+        blob_file(dir.path(), "a1", b"first"),
+    );
+    txn.store_blob(
+        b,
+        Tid::ZERO,
+        Bytes::from("B"),
+        blob_file(dir.path(), "b1", &big),
+    );
+    let t1 = s.finish(s.vote(txn).await.unwrap()).await.unwrap();
+    // The same content again: one blob object serves both revisions.
+    let mut txn = Txn::new(meta("same content"));
+    txn.store_blob(a, t1, Bytes::from("A2"), blob_file(dir.path(), "a2", &big));
+    let t2 = s.finish(s.vote(txn).await.unwrap()).await.unwrap();
+    let stats = s.stats().await.unwrap();
+    assert_eq!((stats.blob_revisions, stats.blobs), (3, 2), "{stats:?}");
+    let out = dir.path().join("out");
+    s.load_blob(a, t1, &out).await.unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), b"first");
+    s.load_blob(a, t2, &out).await.unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), big);
+    // Undo of t2 gives `a` its first blob back in a new revision.
+    let mut txn = Txn::new(meta("undo"));
+    txn.undo(t2);
+    let t3 = s.finish(s.vote(txn).await.unwrap()).await.unwrap();
+    s.load_blob(a, t3, &out).await.unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), b"first");
+    // A revision without a blob, or none at all, is an error naming the object.
+    let err = s.load_blob(a, Tid(1), &out).await.unwrap_err();
+    assert!(err.to_string().contains(&a.to_string()), "{err}");
+    // Pack to now: t1's and t2's revisions of `a` go; the big blob stays (b names it).
+    let stats = s.pack(t3, None).await.unwrap();
+    assert_eq!(stats.blobs_removed, 0, "{stats:?}");
+    assert_eq!(stats.blob_revisions_removed, vec![(a, t1), (a, t2)]);
+    s.load_blob(b, t1, &out).await.unwrap();
+    assert_eq!(std::fs::read(&out).unwrap().len(), big.len());
+    // Overwrite b without a blob and pack: the big blob is no longer named and goes.
+    commit(&s, "plain", &[(b, t1, "plain")]).await;
+    let stats = s.pack(Tid::from_unix(4e9), None).await.unwrap();
+    assert_eq!(stats.blobs_removed, 1, "{stats:?}");
+    s.load_blob(a, t3, &out).await.unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), b"first");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_open_follows_the_writer_and_refuses_writes() {
+    let capacity = Arc::new(InMemory::new());
+    let (store, kv) = kv_on(capacity.clone()).await;
+    let w = VersionedStore::open(kv).await.unwrap();
+    let a = w.new_oid().await.unwrap();
+    let t1 = commit(&w, "one", &[(a, Tid::ZERO, "a1")]).await;
+    let replica = tierdb_kv::KvReplica::open_unpinned(
+        store.clone(),
+        "zodb",
+        "zodb",
+        std::time::Duration::from_millis(50),
+    )
+    .await
+    .unwrap();
+    let r = VersionedStore::open_read_only(Arc::new(replica), "zodb")
+        .await
+        .unwrap();
+    assert_eq!(r.load(a).await.unwrap(), (Bytes::from("a1"), t1));
+    assert!(matches!(r.new_oid().await, Err(ObjError::ReadOnly { .. })));
+    let mut txn = Txn::new(meta("no"));
+    txn.store(a, t1, Some(Bytes::from("x")));
+    let err = r.vote(txn).await.unwrap_err();
+    assert!(err.to_string().contains("read-only"), "{err}");
+    assert!(matches!(
+        r.pack(t1, None).await,
+        Err(ObjError::ReadOnly { .. })
+    ));
+    // The writer commits; the follower sees it after a refresh.
+    let t2 = commit(&w, "two", &[(a, t1, "a2")]).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while r.refresh().await.unwrap() != t2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "follower never caught up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(r.load(a).await.unwrap(), (Bytes::from("a2"), t2));
 }

@@ -1,0 +1,177 @@
+//! ZODB blobs as objects in the object store, one per distinct content (blake3 hash) under
+//! `<db>/blobs/`. Revisions name their blob by hash ([`crate::records::Revision::blob`]), so
+//! undo and restore copy a hash, never bytes, and pack deletes the blobs no revision names.
+//!
+//! Writes go through the [`TieredStore`] like every other object: durable in the capacity
+//! store (write-through) or in the device log (write-back) when `put` returns. Blobs larger
+//! than [`SINGLE_PUT_MAX`] are uploaded in parts straight to the capacity store.
+
+use std::path::Path as FsPath;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use tierdb_store::TieredStore;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::records::{self, Hash};
+
+/// Blobs up to this size are written with one put; larger ones in parts.
+pub const SINGLE_PUT_MAX: u64 = 16 << 20;
+const PART_BYTES: usize = 8 << 20;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Blobs {
+    store: TieredStore,
+    root: String,
+}
+
+fn hash_file(file: &FsPath) -> std::io::Result<(Hash, u64)> {
+    let mut hasher = blake3::Hasher::new();
+    let f = std::fs::File::open(file)?;
+    hasher.update_reader(f)?;
+    let len = std::fs::metadata(file)?.len();
+    Ok((*hasher.finalize().as_bytes(), len))
+}
+
+impl Blobs {
+    pub(crate) fn new(store: TieredStore, root: &str) -> Self {
+        Blobs {
+            store,
+            root: root.trim_end_matches('/').to_string(),
+        }
+    }
+
+    fn path(&self, h: &Hash) -> Path {
+        Path::from(records::blob_path(&self.root, h))
+    }
+
+    /// Stores the file's content (unless a blob with the same content is stored already)
+    /// and returns its hash. The file is left in place.
+    pub(crate) async fn upload(&self, file: &FsPath) -> Result<Hash, String> {
+        let owned = file.to_path_buf();
+        let (h, len) = tokio::task::spawn_blocking(move || hash_file(&owned))
+            .await
+            .map_err(|e| format!("hashing task failed: {e}"))?
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let path = self.path(&h);
+        match self.store.head(&path).await {
+            Ok(meta) if meta.size == len => return Ok(h),
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(format!("cannot check {path}: {e}")),
+        }
+        let mut f = tokio::fs::File::open(file)
+            .await
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        if len <= SINGLE_PUT_MAX {
+            let mut buf = Vec::with_capacity(len as usize);
+            f.read_to_end(&mut buf)
+                .await
+                .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+            if *blake3::hash(&buf).as_bytes() != h {
+                return Err(format!("{} changed while it was stored", file.display()));
+            }
+            self.store
+                .put(&path, PutPayload::from(Bytes::from(buf)))
+                .await
+                .map_err(|e| format!("cannot store {path}: {e}"))?;
+        } else {
+            let upload = self
+                .store
+                .put_multipart(&path)
+                .await
+                .map_err(|e| format!("cannot start the upload of {path}: {e}"))?;
+            let mut w = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+            let mut hasher = blake3::Hasher::new();
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = match f.read(&mut buf).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = w.abort().await;
+                        return Err(format!("cannot read {}: {e}", file.display()));
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                w.wait_for_capacity(4)
+                    .await
+                    .map_err(|e| format!("cannot upload {path}: {e}"))?;
+                w.write(&buf[..n]);
+            }
+            if *hasher.finalize().as_bytes() != h {
+                let _ = w.abort().await;
+                return Err(format!("{} changed while it was stored", file.display()));
+            }
+            w.finish()
+                .await
+                .map_err(|e| format!("cannot upload {path}: {e}"))?;
+        }
+        Ok(h)
+    }
+
+    /// Writes blob `h` to `dest` (through a temporary file beside it, renamed when the
+    /// content has been checked against its hash).
+    pub(crate) async fn download(&self, h: &Hash, dest: &FsPath) -> Result<(), String> {
+        let path = self.path(h);
+        let got = self
+            .store
+            .get(&path)
+            .await
+            .map_err(|e| format!("cannot read {path}: {e}"))?;
+        let tmp = dest.with_extension(format!("part-{}", std::process::id()));
+        let mut out = tokio::fs::File::create(&tmp)
+            .await
+            .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+        let mut hasher = blake3::Hasher::new();
+        let mut stream = got.into_stream();
+        let result: Result<(), String> = async {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| format!("cannot read {path}: {e}"))?;
+                hasher.update(&chunk);
+                out.write_all(&chunk)
+                    .await
+                    .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+            }
+            out.flush()
+                .await
+                .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+            if *hasher.finalize().as_bytes() != *h {
+                return Err(format!("{path} does not match its hash (damaged)"));
+            }
+            tokio::fs::rename(&tmp, dest)
+                .await
+                .map_err(|e| format!("cannot rename to {}: {e}", dest.display()))
+        }
+        .await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+        result
+    }
+
+    /// Every stored blob's hash.
+    pub(crate) async fn list(&self) -> Result<Vec<Hash>, String> {
+        let prefix = Path::from(format!("{}/blobs", self.root));
+        let mut out = Vec::new();
+        let mut listing = self.store.list(Some(&prefix));
+        while let Some(meta) = listing.next().await {
+            let meta = meta.map_err(|e| format!("cannot list {prefix}: {e}"))?;
+            if let Some(h) = meta.location.filename().and_then(records::parse_blob_name) {
+                out.push(h);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn delete(&self, h: &Hash) -> Result<(), String> {
+        let path = self.path(h);
+        match self.store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(format!("cannot delete {path}: {e}")),
+        }
+    }
+}
