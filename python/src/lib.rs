@@ -11,7 +11,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use tierdb_kv::{KvDb, KvOptions};
+use tierdb_kv::{KvDb, KvOptions, KvReplica};
 use tierdb_objects::{ObjError, Oid, Tid, Txn, TxnMeta, VersionedStore, Voted};
 use tierdb_store::{CapacityOptions, TierOptions, TieredStore, WriteMode};
 
@@ -20,24 +20,35 @@ create_exception!(_native, ConflictError, TierError);
 create_exception!(_native, ReadConflictError, TierError);
 create_exception!(_native, NotFoundError, TierError);
 create_exception!(_native, UndoError, TierError);
+create_exception!(_native, ReadOnlyError, TierError);
 
 fn oid_of(b: &[u8]) -> PyResult<Oid> {
-    Oid::from_bytes(b).ok_or_else(|| TierError::new_err(format!("an oid is 8 bytes, got {}", b.len())))
+    Oid::from_bytes(b)
+        .ok_or_else(|| TierError::new_err(format!("an oid is 8 bytes, got {}", b.len())))
 }
 
 fn tid_of(b: &[u8]) -> PyResult<Tid> {
-    Tid::from_bytes(b).ok_or_else(|| TierError::new_err(format!("a tid is 8 bytes, got {}", b.len())))
+    Tid::from_bytes(b)
+        .ok_or_else(|| TierError::new_err(format!("a tid is 8 bytes, got {}", b.len())))
 }
 
 fn to_py(e: ObjError) -> PyErr {
     match e {
-        ObjError::Conflict { oid, committed, old } => ConflictError::new_err((
+        ObjError::Conflict {
+            oid,
+            committed,
+            old,
+        } => ConflictError::new_err((
             oid.to_bytes().to_vec(),
             committed.to_bytes().to_vec(),
             old.to_bytes().to_vec(),
             format!("conflict on object {oid}: committed {committed}, based on {old}"),
         )),
-        ObjError::ReadConflict { oid, committed, read } => ReadConflictError::new_err((
+        ObjError::ReadConflict {
+            oid,
+            committed,
+            read,
+        } => ReadConflictError::new_err((
             oid.to_bytes().to_vec(),
             committed.to_bytes().to_vec(),
             read.to_bytes().to_vec(),
@@ -51,6 +62,10 @@ fn to_py(e: ObjError) -> PyErr {
             tid.to_bytes().to_vec(),
             e.to_string(),
         )),
+        ObjError::ReadOnly { .. } => ReadOnlyError::new_err(e.to_string()),
+        ObjError::Blob { oid, .. } => {
+            NotFoundError::new_err((oid.to_bytes().to_vec(), e.to_string()))
+        }
         other => TierError::new_err(other.to_string()),
     }
 }
@@ -76,7 +91,8 @@ struct Store {
 impl Store {
     /// Opens (or with `create`, creates) the database at `url`.
     #[new]
-    #[pyo3(signature = (url, create=false, cache_dir=None, cache_bytes=0, memory_bytes=64<<20, write_mode="write-through"))]
+    #[pyo3(signature = (url, create=false, cache_dir=None, cache_bytes=0, memory_bytes=64<<20, write_mode="write-through", read_only=false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         url: &str,
@@ -85,8 +101,11 @@ impl Store {
         cache_bytes: u64,
         memory_bytes: u64,
         write_mode: &str,
+        read_only: bool,
     ) -> PyResult<Self> {
-        let write_mode: WriteMode = write_mode.parse().map_err(|e: String| TierError::new_err(e))?;
+        let write_mode: WriteMode = write_mode
+            .parse()
+            .map_err(|e: String| TierError::new_err(e))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -112,11 +131,20 @@ impl Store {
                     create,
                     ..KvOptions::default()
                 };
-                let kv = KvDb::open(tiered.clone(), &path, &name, &options)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let store = VersionedStore::open(Arc::new(kv)).await.map_err(|e| e.to_string())?;
-                Ok((Arc::new(store), tiered))
+                let store = if read_only {
+                    // A follower: it fences no writer and sees new commits as it polls.
+                    let replica =
+                        KvReplica::open(tiered.clone(), &path, &name, options.poll_interval)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    VersionedStore::open_read_only(Arc::new(replica), &path).await
+                } else {
+                    let kv = KvDb::open(tiered.clone(), &path, &name, &options)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    VersionedStore::open(Arc::new(kv)).await
+                };
+                Ok((Arc::new(store.map_err(|e| e.to_string())?), tiered))
             })
         });
         let (store, tiered) = opened.map_err(TierError::new_err)?;
@@ -129,9 +157,15 @@ impl Store {
         })
     }
 
-    fn load<'p>(&self, py: Python<'p>, oid: &[u8]) -> PyResult<(Bound<'p, PyBytes>, Bound<'p, PyBytes>)> {
+    fn load<'p>(
+        &self,
+        py: Python<'p>,
+        oid: &[u8],
+    ) -> PyResult<(Bound<'p, PyBytes>, Bound<'p, PyBytes>)> {
         let oid = oid_of(oid)?;
-        let (data, tid) = py.detach(|| self.rt.block_on(self.store.load(oid))).map_err(to_py)?;
+        let (data, tid) = py
+            .detach(|| self.rt.block_on(self.store.load(oid)))
+            .map_err(to_py)?;
         Ok((b(py, &data), b(py, &tid.to_bytes())))
     }
 
@@ -141,17 +175,32 @@ impl Store {
         py: Python<'p>,
         oid: &[u8],
         tid: &[u8],
-    ) -> PyResult<Option<(Bound<'p, PyBytes>, Bound<'p, PyBytes>, Option<Bound<'p, PyBytes>>)>> {
+    ) -> PyResult<
+        Option<(
+            Bound<'p, PyBytes>,
+            Bound<'p, PyBytes>,
+            Option<Bound<'p, PyBytes>>,
+        )>,
+    > {
         let (oid, tid) = (oid_of(oid)?, tid_of(tid)?);
         let got = py
             .detach(|| self.rt.block_on(self.store.load_before(oid, tid)))
             .map_err(to_py)?;
         Ok(got.map(|(data, start, end)| {
-            (b(py, &data), b(py, &start.to_bytes()), end.map(|e| b(py, &e.to_bytes())))
+            (
+                b(py, &data),
+                b(py, &start.to_bytes()),
+                end.map(|e| b(py, &e.to_bytes())),
+            )
         }))
     }
 
-    fn load_serial<'p>(&self, py: Python<'p>, oid: &[u8], serial: &[u8]) -> PyResult<Bound<'p, PyBytes>> {
+    fn load_serial<'p>(
+        &self,
+        py: Python<'p>,
+        oid: &[u8],
+        serial: &[u8],
+    ) -> PyResult<Bound<'p, PyBytes>> {
         let (oid, serial) = (oid_of(oid)?, tid_of(serial)?);
         let data = py
             .detach(|| self.rt.block_on(self.store.load_serial(oid, serial)))
@@ -166,9 +215,19 @@ impl Store {
         py: Python<'p>,
         oid: &[u8],
         size: usize,
-    ) -> PyResult<Vec<(Bound<'p, PyBytes>, u64, Bound<'p, PyBytes>, Bound<'p, PyBytes>, Bound<'p, PyBytes>)>> {
+    ) -> PyResult<
+        Vec<(
+            Bound<'p, PyBytes>,
+            u64,
+            Bound<'p, PyBytes>,
+            Bound<'p, PyBytes>,
+            Bound<'p, PyBytes>,
+        )>,
+    > {
         let oid = oid_of(oid)?;
-        let h = py.detach(|| self.rt.block_on(self.store.history(oid, size))).map_err(to_py)?;
+        let h = py
+            .detach(|| self.rt.block_on(self.store.history(oid, size)))
+            .map_err(to_py)?;
         Ok(h.into_iter()
             .map(|e| {
                 (
@@ -183,7 +242,9 @@ impl Store {
     }
 
     fn new_oid<'p>(&self, py: Python<'p>) -> PyResult<Bound<'p, PyBytes>> {
-        let oid = py.detach(|| self.rt.block_on(self.store.new_oid())).map_err(to_py)?;
+        let oid = py
+            .detach(|| self.rt.block_on(self.store.new_oid()))
+            .map_err(to_py)?;
         Ok(b(py, &oid.to_bytes()))
     }
 
@@ -191,10 +252,44 @@ impl Store {
         b(py, &self.store.last_tid().to_bytes())
     }
 
+    /// Read-only opens: catches up with the writer's commits; returns the last tid.
+    fn refresh<'p>(&self, py: Python<'p>) -> PyResult<Bound<'p, PyBytes>> {
+        let tid = py
+            .detach(|| self.rt.block_on(self.store.refresh()))
+            .map_err(to_py)?;
+        Ok(b(py, &tid.to_bytes()))
+    }
+
+    fn is_read_only(&self) -> bool {
+        self.store.is_read_only()
+    }
+
+    /// (oid, tid, data) of the first object at or after `oid` with current data, or None.
+    #[allow(clippy::type_complexity)]
+    fn next_object<'p>(
+        &self,
+        py: Python<'p>,
+        oid: &[u8],
+    ) -> PyResult<Option<(Bound<'p, PyBytes>, Bound<'p, PyBytes>, Bound<'p, PyBytes>)>> {
+        let oid = oid_of(oid)?;
+        let got = py
+            .detach(|| self.rt.block_on(self.store.next_object(oid)))
+            .map_err(to_py)?;
+        Ok(got.map(|(o, t, d)| (b(py, &o.to_bytes()), b(py, &t.to_bytes()), b(py, &d))))
+    }
+
+    /// Writes the blob of `oid`'s revision `serial` to the file `dest`.
+    fn load_blob(&self, py: Python<'_>, oid: &[u8], serial: &[u8], dest: &str) -> PyResult<()> {
+        let (oid, serial) = (oid_of(oid)?, tid_of(serial)?);
+        let dest = std::path::PathBuf::from(dest);
+        py.detach(|| self.rt.block_on(self.store.load_blob(oid, serial, &dest)))
+            .map_err(to_py)
+    }
+
     /// The vote: returns (handle, tid, [oids written]). The commit lock is held until
     /// `finish(handle)` or `abort(handle)`.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (user, description, extension, stores, read_current, undos, restore_tid=None, restored=Vec::new(), now=None))]
+    #[pyo3(signature = (user, description, extension, stores, read_current, undos, restore_tid=None, restored=Vec::new(), now=None, blobs=Vec::new()))]
     fn vote<'p>(
         &self,
         py: Python<'p>,
@@ -207,7 +302,12 @@ impl Store {
         restore_tid: Option<Vec<u8>>,
         restored: Restored,
         now: Option<f64>,
+        blobs: Vec<(Vec<u8>, String)>,
     ) -> PyResult<(u64, Bound<'p, PyBytes>, Vec<Bound<'p, PyBytes>>)> {
+        let mut blobs: HashMap<Oid, std::path::PathBuf> = blobs
+            .into_iter()
+            .map(|(oid, f)| Ok((oid_of(&oid)?, std::path::PathBuf::from(f))))
+            .collect::<PyResult<_>>()?;
         let meta = TxnMeta {
             user: Bytes::from(user),
             description: Bytes::from(description),
@@ -221,7 +321,11 @@ impl Store {
             txn.at_time(now);
         }
         for (oid, serial, data) in stores {
-            txn.store(oid_of(&oid)?, tid_of(&serial)?, data.map(Bytes::from));
+            let (oid, serial) = (oid_of(&oid)?, tid_of(&serial)?);
+            match (data, blobs.remove(&oid)) {
+                (Some(data), Some(file)) => txn.store_blob(oid, serial, Bytes::from(data), file),
+                (data, _) => txn.store(oid, serial, data.map(Bytes::from)),
+            }
         }
         for (oid, serial) in read_current {
             txn.check_current(oid_of(&oid)?, tid_of(&serial)?);
@@ -231,11 +335,21 @@ impl Store {
         }
         for (oid, data, data_txn) in restored {
             let data_txn = data_txn.map(|t| tid_of(&t)).transpose()?;
-            txn.restore(oid_of(&oid)?, data.map(Bytes::from), data_txn);
+            let oid = oid_of(&oid)?;
+            match (data, blobs.remove(&oid)) {
+                (Some(data), Some(file)) => txn.restore_blob(oid, Bytes::from(data), file),
+                (data, _) => txn.restore(oid, data.map(Bytes::from), data_txn),
+            }
         }
-        let voted = py.detach(|| self.rt.block_on(self.store.vote(txn))).map_err(to_py)?;
+        let voted = py
+            .detach(|| self.rt.block_on(self.store.vote(txn)))
+            .map_err(to_py)?;
         let tid = voted.tid;
-        let oids: Vec<_> = voted.revisions.keys().map(|o| b(py, &o.to_bytes())).collect();
+        let oids: Vec<_> = voted
+            .revisions
+            .keys()
+            .map(|o| b(py, &o.to_bytes()))
+            .collect();
         let handle = self.handles.fetch_add(1, Ordering::Relaxed);
         self.voted.lock().insert(handle, voted);
         Ok((handle, b(py, &tid.to_bytes()), oids))
@@ -247,7 +361,9 @@ impl Store {
             .lock()
             .remove(&handle)
             .ok_or_else(|| TierError::new_err(format!("no voted transaction {handle}")))?;
-        let tid = py.detach(|| self.rt.block_on(self.store.finish(voted))).map_err(to_py)?;
+        let tid = py
+            .detach(|| self.rt.block_on(self.store.finish(voted)))
+            .map_err(to_py)?;
         Ok(b(py, &tid.to_bytes()))
     }
 
@@ -300,18 +416,33 @@ impl Store {
 
     /// Packs to `tid`; `refs(data) -> [oid bytes]` enables garbage collection.
     #[pyo3(signature = (tid, refs=None))]
-    fn pack<'p>(&self, py: Python<'p>, tid: &[u8], refs: Option<Py<PyAny>>) -> PyResult<Bound<'p, PyDict>> {
+    fn pack<'p>(
+        &self,
+        py: Python<'p>,
+        tid: &[u8],
+        refs: Option<Py<PyAny>>,
+    ) -> PyResult<Bound<'p, PyDict>> {
         let tid = tid_of(tid)?;
         let result = py.detach(|| {
             self.rt.block_on(async {
                 match refs {
                     Some(f) => {
-                        let refs = move |data: &[u8]| -> Vec<Oid> {
+                        let refs = move |data: &[u8]| -> Result<Vec<Oid>, String> {
                             Python::attach(|py| {
                                 let got = f.call1(py, (PyBytes::new(py, data),));
-                                got.and_then(|list| list.extract::<Vec<Vec<u8>>>(py))
-                                    .map(|v| v.iter().filter_map(|o| Oid::from_bytes(o)).collect())
-                                    .unwrap_or_default()
+                                let oids = got
+                                    .and_then(|list| list.extract::<Vec<Vec<u8>>>(py))
+                                    .map_err(|e| e.to_string())?;
+                                oids.iter()
+                                    .map(|o| {
+                                        Oid::from_bytes(o).ok_or_else(|| {
+                                            format!(
+                                                "a reference of {} bytes is not an oid",
+                                                o.len()
+                                            )
+                                        })
+                                    })
+                                    .collect()
                             })
                         };
                         self.store.pack(tid, Some(&refs)).await
@@ -326,11 +457,20 @@ impl Store {
         d.set_item("objects_removed", stats.objects_removed)?;
         d.set_item("data_removed", stats.data_removed)?;
         d.set_item("transactions_removed", stats.transactions_removed)?;
+        d.set_item("blobs_removed", stats.blobs_removed)?;
+        let gone: Vec<_> = stats
+            .blob_revisions_removed
+            .iter()
+            .map(|(o, t)| (b(py, &o.to_bytes()), b(py, &t.to_bytes())))
+            .collect();
+        d.set_item("blob_revisions_removed", gone)?;
         Ok(d)
     }
 
     fn stats<'p>(&self, py: Python<'p>) -> PyResult<Bound<'p, PyDict>> {
-        let s = py.detach(|| self.rt.block_on(self.store.stats())).map_err(to_py)?;
+        let s = py
+            .detach(|| self.rt.block_on(self.store.stats()))
+            .map_err(to_py)?;
         let d = PyDict::new(py);
         d.set_item("objects", s.objects)?;
         d.set_item("revisions", s.revisions)?;
@@ -339,6 +479,8 @@ impl Store {
         d.set_item("logical_bytes", s.logical_bytes)?;
         d.set_item("unique_bytes", s.unique_bytes)?;
         d.set_item("stored_bytes", s.stored_bytes)?;
+        d.set_item("blob_revisions", s.blob_revisions)?;
+        d.set_item("blobs", s.blobs)?;
         Ok(d)
     }
 
@@ -362,5 +504,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ReadConflictError", py.get_type::<ReadConflictError>())?;
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add("UndoError", py.get_type::<UndoError>())?;
+    m.add("ReadOnlyError", py.get_type::<ReadOnlyError>())?;
     Ok(())
 }

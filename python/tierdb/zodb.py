@@ -5,21 +5,34 @@ this class speaks ZODB's storage interfaces and maps errors to ZODB's exceptions
 in progress (issue 4); see docs/ARCHITECTURE.md.
 """
 
+import os
+import shutil
+import stat
+import tempfile
 import threading
 import time
 
 import zope.interface
 from ZODB import POSException
 from ZODB.ConflictResolution import ConflictResolvingStorage
+from ZODB.blob import (
+    BlobFile,
+    FilesystemHelper,
+    copyTransactionsFromTo,
+    rename_or_copy_blob,
+    set_not_writable,
+)
 from ZODB.interfaces import (
+    IBlobStorage,
+    IBlobStorageRestoreable,
+    IExternalGC,
     IStorage,
     IStorageIteration,
     IStorageRestoreable,
     IStorageUndoable,
     IStorageCurrentRecordIteration,
-    IMVCCStorage,
 )
-from ZODB.utils import p64, u64, z64, maxtid
+from ZODB.utils import oid_repr, p64, u64, z64, maxtid
 from ZODB.UndoLogCompatible import UndoLogCompatible
 from ZODB.TimeStamp import TimeStamp
 
@@ -37,18 +50,39 @@ def _conflict(err, data=None):
     IStorageRestoreable,
     IStorageUndoable,
     IStorageCurrentRecordIteration,
+    IExternalGC,
+    IBlobStorage,
+    IBlobStorageRestoreable,
 )
 class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
-    """A ZODB storage on a tierdb database named by `url` (a path or s3://bucket/prefix)."""
+    """A ZODB storage on a tierdb database named by `url` (a path or s3://bucket/prefix).
+
+    Blobs are kept as objects in the object store (one per distinct content); `blob_dir`
+    is a local cache of blob files in ZODB's layout (a private temporary directory when not
+    given). `read_only` opens a follower that writes nothing and fences no writer.
+    """
 
     def __init__(self, url, create=True, read_only=False, cache_dir=None,
-                 cache_bytes=0, memory_bytes=64 << 20, write_mode="write-through", name=None):
+                 cache_bytes=0, memory_bytes=64 << 20, write_mode="write-through", name=None,
+                 blob_dir=None, pack_gc=True):
         self._url = url
         self._name = name or "TierStorage(%s)" % url
         self._read_only = read_only
-        self._native = _native.Store(
-            url, create=create and not read_only, cache_dir=cache_dir,
-            cache_bytes=cache_bytes, memory_bytes=memory_bytes, write_mode=write_mode)
+        try:
+            self._native = _native.Store(
+                url, create=create and not read_only, cache_dir=cache_dir,
+                cache_bytes=cache_bytes, memory_bytes=memory_bytes, write_mode=write_mode,
+                read_only=read_only)
+        except _native.TierError as err:
+            raise POSException.StorageError("cannot open %s: %s" % (url, err)) from None
+        self._pack_gc = pack_gc
+        self._own_blob_dir = blob_dir is None
+        if blob_dir is None:
+            blob_dir = tempfile.mkdtemp(prefix="tierdb-blobs-")
+        self.fshelper = FilesystemHelper(os.path.abspath(blob_dir), "automatic")
+        self.fshelper.create()
+        self._blob_lock = threading.Lock()      # one download into the cache at a time
+        self._blobs = {}
         self._lock = threading.RLock()          # guards the fields below
         self._commit_lock = threading.Lock()    # one transaction between begin and finish
         self._transaction = None
@@ -79,6 +113,8 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
 
     def lastTransaction(self):
         with self._lock:
+            if self._read_only:
+                return self._native.refresh()
             return self._native.last_tid()
 
     def registerDB(self, db):
@@ -88,12 +124,16 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
         if not self._closed:
             self._closed = True
             self._native.close()
+            if self._own_blob_dir:
+                shutil.rmtree(self.fshelper.base_dir, ignore_errors=True)
 
     def cleanup(self):
         pass
 
     def sync(self, force=True):
-        pass
+        if self._read_only:
+            with self._lock:
+                self._native.refresh()
 
     def supportsUndo(self):
         return True
@@ -177,6 +217,7 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
             self._restored = {}
             self._voted = None
             self._resolved = []
+            self._blobs = {}
 
     def _check_txn(self, transaction):
         if transaction is not self._transaction:
@@ -188,7 +229,82 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
         self._check_txn(transaction)
         if version:
             raise POSException.Unsupported("Versions aren't supported")
+        if isinstance(serial, str):  # some callers pass '\0' * 8
+            serial = serial.encode("latin-1")
         self._stores[oid] = (oid, serial or z64, data)
+
+    # -- IExternalGC ------------------------------------------------------------------
+    def deleteObject(self, oid, oldserial, transaction):
+        """Marks `oid` as having no data from this transaction on (a later pack removes it).
+        Conflicts like a store when `oldserial` is not the current revision."""
+        if self._read_only:
+            raise POSException.ReadOnlyError()
+        self._check_txn(transaction)
+        self._stores[oid] = (oid, oldserial, None)
+
+    # -- IBlobStorage ------------------------------------------------------------------
+    def temporaryDirectory(self):
+        return self.fshelper.temp_dir
+
+    def _stage_blob(self, oid, blobfilename):
+        """Takes ownership of `blobfilename` until the transaction ends."""
+        fd, staged = tempfile.mkstemp(
+            prefix=".stage-%016x-" % u64(oid), dir=self.fshelper.temp_dir)
+        os.close(fd)
+        rename_or_copy_blob(blobfilename, staged, chmod=False)
+        old = self._blobs.pop(oid, None)
+        if old is not None:
+            _remove(old)
+        self._blobs[oid] = staged
+
+    def storeBlob(self, oid, oldserial, data, blobfilename, version, transaction):
+        assert not version, "Versions aren't supported."
+        self.store(oid, oldserial, data, "", transaction)
+        self._stage_blob(oid, blobfilename)
+
+    def restoreBlob(self, oid, serial, data, blobfilename, prev_txn, transaction):
+        self.restore(oid, serial, data, "", prev_txn, transaction)
+        self._stage_blob(oid, blobfilename)
+
+    def loadBlob(self, oid, serial):
+        """The name of a local file holding the blob of `oid`'s revision `serial`, fetched
+        from the object store into the blob cache when not there yet."""
+        path = self.fshelper.getBlobFilename(oid, serial)
+        if os.path.exists(path):
+            return path
+        with self._blob_lock:
+            if os.path.exists(path):
+                return path
+            self.fshelper.getPathForOID(oid, create=True)
+            try:
+                self._native.load_blob(oid, serial, path)
+            except _native.NotFoundError as err:
+                raise POSException.POSKeyError(
+                    "No blob for object %s revision %s: %s"
+                    % (oid_repr(oid), oid_repr(serial), err.args[-1]), oid, serial)
+            set_not_writable(path)
+        return path
+
+    def openCommittedBlobFile(self, oid, serial, blob=None):
+        path = self.loadBlob(oid, serial)
+        if blob is None:
+            return open(path, "rb")
+        return BlobFile(path, "r", blob)
+
+    def _blobs_committed(self, tid):
+        """Moves the transaction's staged blob files into the cache as (oid, tid)."""
+        for oid, staged in self._blobs.items():
+            try:
+                self.fshelper.getPathForOID(oid, create=True)
+                rename_or_copy_blob(staged, self.fshelper.getBlobFilename(oid, tid))
+            except OSError:
+                _remove(staged)  # only a cache: the blob is in the object store
+        self._blobs = {}
+
+    def _blobs_dropped(self):
+        for staged in self._blobs.values():
+            _remove(staged)
+        self._blobs = {}
 
     def checkCurrentSerialInTransaction(self, oid, serial, transaction):
         self._check_txn(transaction)
@@ -237,7 +353,8 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
                 handle, tid, oids = self._native.vote(
                     user, desc, ext, list(stores.values()),
                     list(self._read_current.items()), list(self._undos),
-                    self._restore_tid, list(self._restored.values()), time.time())
+                    self._restore_tid, list(self._restored.values()), time.time(),
+                    list(self._blobs.items()))
                 break
             except _native.ConflictError as err:
                 oid, committed, old, _ = err.args
@@ -300,8 +417,10 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
             with self._lock:
                 tid = self._native.finish(handle)
                 func(tid)
+            self._blobs_committed(tid)
             return tid
         finally:
+            self._blobs_dropped()
             self._end()
 
     def tpc_abort(self, transaction):
@@ -311,6 +430,7 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
             if self._voted is not None:
                 self._native.abort(self._voted[0])
         finally:
+            self._blobs_dropped()
             self._end()
 
     def _end(self):
@@ -348,10 +468,21 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
         return TierIterator(self._native.transactions(start or z64, stop or maxtid))
 
     def record_iternext(self, next=None):
-        raise NotImplementedError
+        """IStorageCurrentRecordIteration: (oid, tid, data, next) of the object at or after
+        `next` (None: the first); `next` is None after the last object."""
+        got = self._native.next_object(next or z64)
+        if got is None:
+            # An empty storage: ZODB expects the root position.
+            raise POSException.POSKeyError(next or z64)
+        oid, tid, data = got
+        after = self._native.next_object(p64(u64(oid) + 1))
+        return oid, tid, data, (after[0] if after is not None else None)
 
     def copyTransactionsFrom(self, other, verbose=0):
-        """Copies every transaction of `other`, keeping tids (ZODB's restore protocol)."""
+        """Copies every transaction of `other`, keeping tids (ZODB's restore protocol),
+        with its blobs when it has any."""
+        if IBlobStorage.providedBy(other):
+            return copyTransactionsFromTo(other, self)
         import ZODB.BaseStorage
         return ZODB.BaseStorage.copy(other, self, verbose)
 
@@ -360,10 +491,22 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
             raise POSException.ReadOnlyError()
         pack_tid = TimeStamp(*time.gmtime(t)[:5] + (t % 60,)).raw()
         refs = None
-        if gc and referencesf is not None:
+        if gc and self._pack_gc and referencesf is not None:
             def refs(data):
                 return referencesf(data)
-        self._native.pack(pack_tid, refs)
+        try:
+            result = self._native.pack(pack_tid, refs)
+        except _native.TierError as err:
+            raise POSException.StorageError(str(err)) from None
+        # Drop cached files of the blob revisions pack removed (and emptied directories).
+        for oid, tid in result["blob_revisions_removed"]:
+            path = self.fshelper.getBlobFilename(oid, tid)
+            _remove(path)
+            try:
+                os.rmdir(os.path.dirname(path))
+            except OSError:
+                pass
+        self._last_pack = result
 
 
 class TierRecord:
@@ -429,3 +572,11 @@ def resolve_uri(uri):
             kw[key] = int(query.pop(key))
     dbkw = {}
     return (lambda: TierStorage(url, **kw)), dbkw
+
+
+def _remove(path):
+    try:
+        os.chmod(path, stat.S_IWRITE | stat.S_IREAD)
+        os.remove(path)
+    except OSError:
+        pass

@@ -597,6 +597,38 @@ impl VersionedStore {
             .map_err(|reason| ObjError::Blob { oid, tid, reason })
     }
 
+    /// The first object with an oid at or after `from` that has data in its current
+    /// revision: (oid, tid, data). For ZODB's record_iternext.
+    pub async fn next_object(&self, from: Oid) -> Result<Option<(Oid, Tid, Bytes)>> {
+        let mut at = from;
+        loop {
+            let start = Bound::Included(records::rev_prefix(at));
+            let end = prefix_end(b"o").map_or(Bound::Unbounded, Bound::Excluded);
+            let Some((k, _)) = self
+                .kv
+                .scan((start, end), Some(1))
+                .await?
+                .into_iter()
+                .next()
+            else {
+                return Ok(None);
+            };
+            let Some((oid, _)) = records::parse_rev_key(&k) else {
+                return Err(ObjError::Damaged {
+                    key: hex(&k),
+                    reason: "not a revision key".into(),
+                });
+            };
+            if let Some((tid, Revision { data: Some(h), .. })) = self.current(oid).await? {
+                return Ok(Some((oid, tid, self.read_data(&h).await?)));
+            }
+            match oid.0.checked_add(1) {
+                Some(n) => at = Oid(n),
+                None => return Ok(None),
+            }
+        }
+    }
+
     /// The hash of the blob of `oid`'s revision `serial`.
     pub async fn blob_of(&self, oid: Oid, serial: Tid) -> Result<[u8; 32]> {
         match self.revision(oid, serial).await? {
