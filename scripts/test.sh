@@ -32,6 +32,9 @@ ROOT=$(pwd)
 (cd "$ZT" && timeout 1500 "$PY" -m pytest -q -p no:cacheprovider -o faulthandler_timeout=300 \
   --junitxml="$ZT/conformance.xml" "$ROOT/python/tests/test_conformance.py")
 "$PY" python/tests/count.py "$ZT/conformance.xml"
+echo "== tierdb zodb import/verify/pack/stats and the pickle reference reader (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_tools.py")
 echo "== ZODB blob suites and IExternalGC (zope.testrunner) on a local directory, MinIO and FileStorage"
 # The doctests check that a committed blob file cannot be opened for writing, which root
 # (CAP_DAC_OVERRIDE) always can: as root, run them with every capability dropped.

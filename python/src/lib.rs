@@ -495,10 +495,53 @@ impl Store {
     }
 }
 
+/// The oids a ZODB data record refers to, read by tierdb's own pickle walker (what the
+/// CLI's pack uses); raises TierError when the record cannot be read.
+#[pyfunction]
+fn references<'p>(py: Python<'p>, data: &[u8]) -> PyResult<Vec<Bound<'p, PyBytes>>> {
+    let oids = tierdb_objects::pickle::references(data).map_err(TierError::new_err)?;
+    Ok(oids.iter().map(|o| b(py, &o.to_bytes())).collect())
+}
+
+/// A progress bar on standard error (indicatif), for long Python-side work.
+#[pyclass(module = "tierdb._native")]
+struct Progress {
+    bar: indicatif::ProgressBar,
+}
+
+#[pymethods]
+impl Progress {
+    #[new]
+    #[pyo3(signature = (total, what))]
+    fn new(total: u64, what: &str) -> PyResult<Self> {
+        let bar = indicatif::ProgressBar::new(total);
+        let style = indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} {{bar:40}} {{pos}}/{{len}} {{per_sec}} eta {{eta}} {{msg}}"
+        ))
+        .map_err(|e| TierError::new_err(e.to_string()))?;
+        bar.set_style(style);
+        Ok(Progress { bar })
+    }
+
+    fn inc(&self, n: u64) {
+        self.bar.inc(n);
+    }
+
+    fn message(&self, msg: String) {
+        self.bar.set_message(msg);
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Store>()?;
+    m.add_class::<Progress>()?;
+    m.add_function(wrap_pyfunction!(references, m)?)?;
     m.add("TierError", py.get_type::<TierError>())?;
     m.add("ConflictError", py.get_type::<ConflictError>())?;
     m.add("ReadConflictError", py.get_type::<ReadConflictError>())?;

@@ -1,6 +1,7 @@
 //! `tierdb`: the command line of the tierdb database engine.
 
 mod kv_cmd;
+mod zodb_cmd;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -39,6 +40,9 @@ enum Command {
     /// Read and write a key-value database by hand.
     #[command(subcommand)]
     Kv(kv_cmd::KvCommand),
+    /// ZODB object stores: import a FileStorage or zodburi, verify, pack, stats.
+    #[command(subcommand)]
+    Zodb(zodb_cmd::ZodbCommand),
     /// Show a database's format, size, LSM levels and cache statistics (read-only: it does
     /// not disturb a running writer).
     Info {
@@ -595,6 +599,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Store(cmd) => run_store(cmd).await,
             Command::Kv(cmd) => kv_cmd::run_kv(cmd).await,
+            Command::Zodb(cmd) => zodb_cmd::run_zodb(cmd).await,
             Command::Info { db, tiers } => kv_cmd::run_info(db, tiers).await,
             Command::Clone { src, dst, tiers } => kv_cmd::run_clone(src, dst, tiers).await,
             Command::Bench(cmd) => run_bench(cmd).await,

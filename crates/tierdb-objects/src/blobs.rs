@@ -167,6 +167,16 @@ impl Blobs {
         Ok(out)
     }
 
+    /// Ok when blob `h` is stored; otherwise why not.
+    pub(crate) async fn exists(&self, h: &Hash) -> Result<(), String> {
+        let path = self.path(h);
+        match self.store.head(&path).await {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::NotFound { .. }) => Err(format!("{path} is missing")),
+            Err(e) => Err(format!("cannot check {path}: {e}")),
+        }
+    }
+
     pub(crate) async fn delete(&self, h: &Hash) -> Result<(), String> {
         let path = self.path(h);
         match self.store.delete(&path).await {

@@ -9,8 +9,10 @@
 
 mod blobs;
 pub mod error;
+pub mod filestorage;
 mod handle;
 pub mod ids;
+pub mod pickle;
 pub mod records;
 mod store;
 
@@ -21,5 +23,5 @@ pub use ids::{Oid, Tid};
 pub use records::{TxnMeta, TxnRecord};
 pub use store::{
     DataRecordInfo, HistoryEntry, PackStats, References, StoreStats, TransactionInfo, Txn,
-    VersionedStore, Voted,
+    VerifyReport, VersionedStore, Voted,
 };

@@ -90,6 +90,17 @@ pub struct StoreStats {
     pub blobs: u64,
 }
 
+/// What `verify` checked and found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    pub transactions: u64,
+    pub revisions: u64,
+    pub data_records: u64,
+    pub data_bytes: u64,
+    pub blobs: u64,
+    pub problems: Vec<String>,
+}
+
 /// A transaction being built: the first phase of two-phase commit.
 #[derive(Debug, Default)]
 pub struct Txn {
@@ -659,6 +670,87 @@ impl VersionedStore {
             })
     }
 
+    /// Copies many transactions from another storage in one durable key-value commit (for
+    /// imports): each must be a restore ([`Txn::restoring`]) with restored records only,
+    /// in tid order after the store's last transaction. All or none are committed. Returns
+    /// the last tid.
+    pub async fn restore_many(&self, txns: Vec<Txn>) -> Result<Tid> {
+        if self.kv.is_read_only() {
+            return Err(ObjError::ReadOnly {
+                db: self.kv.name().to_string(),
+            });
+        }
+        let _lock = self.commit.clone().lock_owned().await;
+        let mut meta = *self.meta.lock();
+        let mut batch = Batch::new();
+        let mut staged = BTreeSet::new();
+        // Revisions written by this batch, for `prev` and data_txn lookups within it.
+        let mut latest: HashMap<Oid, Tid> = HashMap::new();
+        let mut written: HashMap<(Oid, Tid), Revision> = HashMap::new();
+        for txn in &txns {
+            let Some(tid) = txn.restore else {
+                return Err(ObjError::Invalid(
+                    "restore_many takes restoring transactions only".into(),
+                ));
+            };
+            if !txn.stores.is_empty() || !txn.undos.is_empty() {
+                return Err(ObjError::Invalid(format!(
+                    "transaction {tid}: restore_many takes restored records only"
+                )));
+            }
+            if tid <= meta.last_tid {
+                return Err(ObjError::Invalid(format!(
+                    "restore of transaction {tid}: the store's last transaction is {}; \
+                     transactions must be copied in tid order",
+                    meta.last_tid
+                )));
+            }
+            for (&oid, (data, data_txn)) in &txn.restored {
+                let prev = match latest.get(&oid) {
+                    Some(&t) => t,
+                    None => self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t),
+                };
+                let (hash, blob) = match (data, data_txn) {
+                    (Some(d), _) => (
+                        Some(self.stage_data(d, &mut batch, &mut staged).await?),
+                        self.upload_blob(txn, oid, tid).await?,
+                    ),
+                    (None, Some(from)) => {
+                        let r = match written.get(&(oid, *from)) {
+                            Some(r) => Some(*r),
+                            None => self.revision(oid, *from).await?,
+                        };
+                        r.map_or((None, None), |r| (r.data, r.blob))
+                    }
+                    (None, None) => (None, None),
+                };
+                let rev = Revision {
+                    data: hash,
+                    data_txn: *data_txn,
+                    prev,
+                    blob,
+                };
+                batch.put(records::rev_key(oid, tid), rev.encode());
+                batch.put(records::wrote_key(tid, oid), Bytes::new());
+                Self::note_oid(&mut meta, oid);
+                latest.insert(oid, tid);
+                written.insert((oid, tid), rev);
+            }
+            let record = TxnRecord {
+                status: b' ',
+                meta: txn.meta.clone(),
+            };
+            batch.put(records::txn_key(tid), record.encode());
+            meta.last_tid = tid;
+        }
+        batch.put(records::meta_key(), meta.encode());
+        self.kv.commit(batch).await?;
+        *self.meta.lock() = meta;
+        let mut next = self.next_oid.lock();
+        *next = (*next).max(meta.oid_reserved);
+        Ok(meta.last_tid)
+    }
+
     /// Undo of `undone`: each object it wrote goes back to its revision before `undone`,
     /// provided no later transaction changed it (or changed it back to the same data).
     async fn stage_undo(
@@ -968,6 +1060,64 @@ impl VersionedStore {
             }
         }
         Ok(stats)
+    }
+
+    /// Checks every record: transactions, revisions and data decode; every revision's
+    /// transaction exists; every data record is complete and matches its hash; every blob
+    /// exists. Returns what was checked and each problem found (empty when sound).
+    pub async fn verify(&self) -> Result<VerifyReport> {
+        let mut r = VerifyReport::default();
+        let mut tids = BTreeSet::new();
+        for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"t")), None).await? {
+            r.transactions += 1;
+            match (records::parse_txn_key(&k), TxnRecord::decode(&k, &v)) {
+                (Some(t), Ok(_)) => {
+                    tids.insert(t);
+                }
+                (_, Err(e)) => r.problems.push(e.to_string()),
+                (None, _) => r.problems.push(format!("bad transaction key {}", hex(&k))),
+            }
+        }
+        let mut checked: BTreeSet<Hash> = BTreeSet::new();
+        let mut blobs: BTreeSet<Hash> = BTreeSet::new();
+        for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"o")), None).await? {
+            r.revisions += 1;
+            let Some((oid, tid)) = records::parse_rev_key(&k) else {
+                r.problems.push(format!("bad revision key {}", hex(&k)));
+                continue;
+            };
+            let rev = match Revision::decode(&k, &v) {
+                Ok(rev) => rev,
+                Err(e) => {
+                    r.problems.push(e.to_string());
+                    continue;
+                }
+            };
+            if !tids.contains(&tid) {
+                r.problems.push(format!(
+                    "object {oid} revision {tid}: its transaction record is missing"
+                ));
+            }
+            if let Some(h) = rev.data
+                && checked.insert(h)
+            {
+                r.data_records += 1;
+                match self.read_data(&h).await {
+                    Ok(d) => r.data_bytes += d.len() as u64,
+                    Err(e) => r.problems.push(format!("object {oid} revision {tid}: {e}")),
+                }
+            }
+            if let Some(b) = rev.blob
+                && blobs.insert(b)
+            {
+                r.blobs += 1;
+                if let Err(e) = self.blobs.exists(&b).await {
+                    r.problems
+                        .push(format!("object {oid} revision {tid}: blob {e}"));
+                }
+            }
+        }
+        Ok(r)
     }
 
     /// Object, revision, transaction and data counts with dedup and compression figures.
