@@ -129,6 +129,8 @@ impl Store {
                     .map_err(|e| e.to_string())?;
                 let options = KvOptions {
                     create,
+                    // Decoded SST blocks of hot objects stay in memory (a load is two gets).
+                    block_cache_bytes: 32 << 20,
                     ..KvOptions::default()
                 };
                 let store = if read_only {

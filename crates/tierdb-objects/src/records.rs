@@ -41,6 +41,34 @@ pub fn rev_prefix(oid: Oid) -> Bytes {
     k.freeze()
 }
 
+/// The head record of an object: its current revision's tid and the revision itself.
+pub fn head_key(oid: Oid) -> Bytes {
+    let mut k = BytesMut::with_capacity(9);
+    k.put_u8(b'h');
+    k.put_slice(&oid.to_bytes());
+    k.freeze()
+}
+
+pub fn encode_head(tid: Tid, rev: &Revision) -> Bytes {
+    let enc = rev.encode();
+    let mut out = BytesMut::with_capacity(8 + enc.len());
+    out.put_u64(tid.0);
+    out.put_slice(&enc);
+    out.freeze()
+}
+
+pub fn decode_head(key: &[u8], v: &[u8]) -> Result<(Tid, Revision)> {
+    if v.len() < 8 {
+        return Err(ObjError::Damaged {
+            key: key.iter().map(|b| format!("{b:02x}")).collect(),
+            reason: "head record shorter than 8 bytes".into(),
+        });
+    }
+    let mut t = [0u8; 8];
+    t.copy_from_slice(&v[..8]);
+    Ok((Tid(u64::from_be_bytes(t)), Revision::decode(key, &v[8..])?))
+}
+
 pub fn txn_key(tid: Tid) -> Bytes {
     let mut k = BytesMut::with_capacity(9);
     k.put_u8(b't');
@@ -204,22 +232,35 @@ pub struct Meta {
     pub last_tid: Tid,
     /// Oids below this were handed out (or reserved) already.
     pub oid_reserved: u64,
+    /// Every object has a head record (`h` + oid: its current revision). Stores written
+    /// before head records existed find the current revision by a descending scan.
+    pub heads: bool,
 }
 
 impl Meta {
     pub fn encode(&self) -> Bytes {
-        let mut out = BytesMut::with_capacity(17);
+        let mut out = BytesMut::with_capacity(18);
         out.put_u8(VERSION);
         out.put_u64(self.last_tid.0);
         out.put_u64(self.oid_reserved);
+        out.put_u8(u8::from(self.heads));
         out.freeze()
     }
 
     pub fn decode(key: &[u8], v: &[u8]) -> Result<Self> {
         let mut r = Reader::new(key, v)?;
+        let last_tid = Tid(r.u64()?);
+        let oid_reserved = r.u64()?;
+        // The flags byte came later: a record without it has no head records.
+        let heads = if r.buf.is_empty() {
+            false
+        } else {
+            r.u8()? & 1 == 1
+        };
         let m = Meta {
-            last_tid: Tid(r.u64()?),
-            oid_reserved: r.u64()?,
+            last_tid,
+            oid_reserved,
+            heads,
         };
         r.end()?;
         Ok(m)
@@ -417,5 +458,17 @@ mod tests {
             Some((Tid(2), Oid(3)))
         );
         assert!(wrote_key(Tid(2), Oid(3)).starts_with(&wrote_prefix(Tid(2))));
+        // Meta records written before head records existed decode with `heads` off.
+        let m = Meta {
+            last_tid: Tid(4),
+            oid_reserved: 9,
+            heads: true,
+        };
+        assert_eq!(Meta::decode(b"m", &m.encode()).unwrap(), m);
+        let old = &m.encode()[..17];
+        assert!(!Meta::decode(b"m", old).unwrap().heads);
+        let (t, r) = decode_head(b"h", &encode_head(Tid(7), &rev)).unwrap();
+        assert_eq!((t, r), (Tid(7), rev));
+        assert!(decode_head(b"h", b"123").is_err());
     }
 }

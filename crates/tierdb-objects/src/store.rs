@@ -216,7 +216,10 @@ impl VersionedStore {
         let key = records::meta_key();
         let meta = match kv.get(&key).await? {
             Some(v) => Meta::decode(&key, &v)?,
-            None => Meta::default(),
+            None => Meta {
+                heads: true,
+                ..Meta::default()
+            },
         };
         Ok(VersionedStore {
             // Oid 0 is the root, which the database creates itself: never hand it out.
@@ -290,6 +293,13 @@ impl VersionedStore {
     }
 
     async fn current(&self, oid: Oid) -> Result<Option<(Tid, Revision)>> {
+        if self.meta.lock().heads {
+            let key = records::head_key(oid);
+            return match self.kv.get(&key).await? {
+                Some(v) => Ok(Some(records::decode_head(&key, &v)?)),
+                None => Ok(None),
+            };
+        }
         let got = self
             .kv
             .scan_desc(prefix(records::rev_prefix(oid)), Some(1))
@@ -329,6 +339,15 @@ impl VersionedStore {
         oid: Oid,
         tid: Tid,
     ) -> Result<Option<(Bytes, Tid, Option<Tid>)>> {
+        // The common case, a read as of a recent snapshot: the current revision is older.
+        if let Some((start, rev)) = self.current(oid).await?
+            && start < tid
+        {
+            return match rev.data {
+                Some(h) => Ok(Some((self.read_data(&h).await?, start, None))),
+                None => Ok(None),
+            };
+        }
         let lo = records::rev_prefix(oid);
         let range = (
             Bound::Included(lo.clone()),
@@ -743,6 +762,13 @@ impl VersionedStore {
             batch.put(records::txn_key(tid), record.encode());
             meta.last_tid = tid;
         }
+        if meta.heads {
+            for (&oid, &tid) in &latest {
+                if let Some(rev) = written.get(&(oid, tid)) {
+                    batch.put(records::head_key(oid), records::encode_head(tid, rev));
+                }
+            }
+        }
         batch.put(records::meta_key(), meta.encode());
         self.kv.commit(batch).await?;
         *self.meta.lock() = meta;
@@ -811,6 +837,9 @@ impl VersionedStore {
         let mut b = Batch::new();
         for (&oid, rev) in &voted.revisions {
             b.put(records::rev_key(oid, voted.tid), rev.encode());
+            if meta.heads {
+                b.put(records::head_key(oid), records::encode_head(voted.tid, rev));
+            }
             b.put(records::wrote_key(voted.tid, oid), Bytes::new());
             Self::note_oid(&mut meta, oid);
         }
@@ -984,6 +1013,12 @@ impl VersionedStore {
         for &(oid, t) in &removed {
             ops.push((records::rev_key(oid, t), None));
             ops.push((records::wrote_key(t, oid), None));
+        }
+        // An object loses its current revision only when it loses all of them.
+        for (&oid, revs) in &by_oid {
+            if revs.iter().all(|(t, _)| removed.contains(&(oid, *t))) {
+                ops.push((records::head_key(oid), None));
+            }
         }
         // Transactions up to the pack time are no longer undoable: those that lost every
         // record go, the others are marked packed (and leave the undo log).
