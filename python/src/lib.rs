@@ -131,6 +131,8 @@ impl Store {
                     create,
                     // Decoded SST blocks of hot objects stay in memory (a load is two gets).
                     block_cache_bytes: 32 << 20,
+                    // Data records are zstd-compressed already: lz4 for the SST blocks.
+                    compression: tierdb_kv::Compression::Lz4,
                     ..KvOptions::default()
                 };
                 let store = if read_only {

@@ -220,3 +220,51 @@ def test_cli_pack_collects_garbage_and_stops_on_unreadable_references(tmp_path, 
     assert p.returncode != 0
     assert "object 0x0000000000000000" in p.stderr and "nothing was packed" in p.stderr, p.stderr
     assert "--days -1" in tierdb("zodb", "pack", dst, "--days=-1", ok=False).stderr
+
+
+def test_zconfig_section_and_zodburi_name_a_tierstorage(tmp_path):
+    import ZODB.config
+    import zodburi
+    url = str(tmp_path / "zc")
+    conf = """
+    %%import tierdb
+    <zodb>
+      <tierdb>
+        url %s
+        memory-bytes 16MB
+        pack-gc false
+      </tierdb>
+    </zodb>
+    """ % url
+    db = ZODB.config.databaseFromString(conf)
+    try:
+        assert isinstance(db.storage, TierStorage) and not db.storage._pack_gc
+        conn = db.open()
+        conn.root()["x"] = 1
+        transaction.commit()
+    finally:
+        db.close()
+    factory, _ = zodburi.resolve_uri("tierdb://%s?memory_bytes=16777216" % url)
+    s = factory()
+    try:
+        db = ZODB.DB(s)
+        assert db.open().root()["x"] == 1
+        db.close()
+    finally:
+        s.close()
+    # A read-only open asked to write refuses, and nothing is written.
+    from ZODB.POSException import ReadOnlyError
+    db = ZODB.DB(TierStorage(url, read_only=True))
+    try:
+        conn = db.open()
+        conn.root()["x"] = 2
+        with pytest.raises(ReadOnlyError):
+            transaction.commit()
+        transaction.abort()
+    finally:
+        db.close()
+    s = TierStorage(url, read_only=True)
+    try:
+        assert ZODB.DB(s).open().root()["x"] == 1
+    finally:
+        s.close()

@@ -322,6 +322,7 @@ async fn import_filestorage(
     let started = Instant::now();
     let (mut txns, mut records, mut skipped) = (0u64, 0u64, 0u64);
     let mut group: Vec<Txn> = Vec::new();
+    let mut counts = tierdb_objects::RestoreStats::default();
     let mut group_size = 0u64;
     let result: CliResult = async {
         loop {
@@ -339,12 +340,13 @@ async fn import_filestorage(
                 }
             }
             if !group.is_empty() && (done || group_size >= group_bytes) {
-                store
+                let (_, c) = store
                     .restore_many(std::mem::take(&mut group))
                     .await
                     .map_err(|e| {
                         format!("importing into {dst}: {e}; nothing of this group was committed")
                     })?;
+                counts += c;
                 group_size = 0;
                 bar.set_message(format!("{txns} transactions"));
             }
@@ -356,11 +358,9 @@ async fn import_filestorage(
     .await;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
-    let stats = store.stats().await.map_err(|e| e.to_string());
     let closed = close_writer(writer).await;
     result?;
     closed?;
-    let stats = stats?;
     let read = reader.position();
     println!(
         "imported {txns} transactions ({records} records) from {src} into {dst} in {secs:.1} s: \
@@ -374,12 +374,14 @@ async fn import_filestorage(
         }
     );
     println!(
-        "dedup ratio {} ({} in revisions, {} distinct), compression ratio {} ({} stored)",
-        ratio(stats.logical_bytes, stats.unique_bytes),
-        ByteSize(stats.logical_bytes),
-        ByteSize(stats.unique_bytes),
-        ratio(stats.unique_bytes, stats.stored_bytes),
-        ByteSize(stats.stored_bytes)
+        "this import: dedup ratio {} ({} in {} records, {} distinct), compression ratio {} \
+         ({} stored, zstd)",
+        ratio(counts.logical_bytes, counts.new_bytes),
+        ByteSize(counts.logical_bytes),
+        counts.records,
+        ByteSize(counts.new_bytes),
+        ratio(counts.new_bytes, counts.new_stored_bytes),
+        ByteSize(counts.new_stored_bytes)
     );
     Ok(())
 }

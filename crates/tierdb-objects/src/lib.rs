@@ -22,6 +22,6 @@ pub use handle::KvHandle;
 pub use ids::{Oid, Tid};
 pub use records::{TxnMeta, TxnRecord};
 pub use store::{
-    DataRecordInfo, HistoryEntry, PackStats, References, StoreStats, TransactionInfo, Txn,
-    VerifyReport, VersionedStore, Voted,
+    DataRecordInfo, HistoryEntry, PackStats, References, RestoreStats, StoreStats, TransactionInfo,
+    Txn, VerifyReport, VersionedStore, Voted,
 };

@@ -90,6 +90,25 @@ pub struct StoreStats {
     pub blobs: u64,
 }
 
+/// What a [`VersionedStore::restore_many`] stored: records with data and their bytes, and
+/// the data new to the store (not deduplicated) before and after compression.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RestoreStats {
+    pub records: u64,
+    pub logical_bytes: u64,
+    pub new_bytes: u64,
+    pub new_stored_bytes: u64,
+}
+
+impl std::ops::AddAssign for RestoreStats {
+    fn add_assign(&mut self, o: Self) {
+        self.records += o.records;
+        self.logical_bytes += o.logical_bytes;
+        self.new_bytes += o.new_bytes;
+        self.new_stored_bytes += o.new_stored_bytes;
+    }
+}
+
 /// What `verify` checked and found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VerifyReport {
@@ -457,12 +476,12 @@ impl VersionedStore {
         let raw = match rec.codec {
             0 => stored,
             _ => Bytes::from(
-                zstd::bulk::decompress(&stored, rec.raw_len as usize).map_err(|e| {
-                    ObjError::Damaged {
+                with_decompressor(|d| d.decompress(&stored, rec.raw_len as usize)).map_err(
+                    |e| ObjError::Damaged {
                         key: format!("d{}", hex(h)),
                         reason: format!("cannot decompress: {e}"),
-                    }
-                })?,
+                    },
+                )?,
             ),
         };
         if raw.len() as u64 != rec.raw_len || *blake3::hash(&raw).as_bytes() != *h {
@@ -481,18 +500,35 @@ impl VersionedStore {
         batch: &mut Batch,
         staged: &mut BTreeSet<Hash>,
     ) -> Result<Hash> {
+        self.stage_data_counted(data, batch, staged, None).await
+    }
+
+    /// [`Self::stage_data`], adding to `counts` when given.
+    async fn stage_data_counted(
+        &self,
+        data: &[u8],
+        batch: &mut Batch,
+        staged: &mut BTreeSet<Hash>,
+        counts: Option<&mut RestoreStats>,
+    ) -> Result<Hash> {
         let h = *blake3::hash(data).as_bytes();
+        let mut counts = counts;
+        if let Some(c) = counts.as_deref_mut() {
+            c.records += 1;
+            c.logical_bytes += data.len() as u64;
+        }
         if staged.contains(&h) || self.kv.get(&records::data_key(&h)).await?.is_some() {
             return Ok(h);
         }
         staged.insert(h);
-        let compressed =
-            zstd::bulk::compress(data, 3).map_err(|e| ObjError::Invalid(format!("zstd: {e}")))?;
+        let compressed = with_compressor(|c| c.compress(data))
+            .map_err(|e| ObjError::Invalid(format!("zstd: {e}")))?;
         let (codec, stored) = if compressed.len() < data.len() {
             (1, Bytes::from(compressed))
         } else {
             (0, Bytes::copy_from_slice(data))
         };
+        let stored_len = stored.len() as u64;
         let rec = if stored.len() <= INLINE_MAX {
             DataRecord {
                 codec,
@@ -513,6 +549,10 @@ impl VersionedStore {
                 chunks: n,
             }
         };
+        if let Some(c) = counts {
+            c.new_bytes += data.len() as u64;
+            c.new_stored_bytes += stored_len;
+        }
         batch.put(records::data_key(&h), rec.encode());
         Ok(h)
     }
@@ -693,7 +733,8 @@ impl VersionedStore {
     /// imports): each must be a restore ([`Txn::restoring`]) with restored records only,
     /// in tid order after the store's last transaction. All or none are committed. Returns
     /// the last tid.
-    pub async fn restore_many(&self, txns: Vec<Txn>) -> Result<Tid> {
+    pub async fn restore_many(&self, txns: Vec<Txn>) -> Result<(Tid, RestoreStats)> {
+        let mut counts = RestoreStats::default();
         if self.kv.is_read_only() {
             return Err(ObjError::ReadOnly {
                 db: self.kv.name().to_string(),
@@ -731,7 +772,10 @@ impl VersionedStore {
                 };
                 let (hash, blob) = match (data, data_txn) {
                     (Some(d), _) => (
-                        Some(self.stage_data(d, &mut batch, &mut staged).await?),
+                        Some(
+                            self.stage_data_counted(d, &mut batch, &mut staged, Some(&mut counts))
+                                .await?,
+                        ),
                         self.upload_blob(txn, oid, tid).await?,
                     ),
                     (None, Some(from)) => {
@@ -774,7 +818,7 @@ impl VersionedStore {
         *self.meta.lock() = meta;
         let mut next = self.next_oid.lock();
         *next = (*next).max(meta.oid_reserved);
-        Ok(meta.last_tid)
+        Ok((meta.last_tid, counts))
     }
 
     /// Undo of `undone`: each object it wrote goes back to its revision before `undone`,
@@ -1211,6 +1255,44 @@ impl VersionedStore {
             .len() as u64;
         Ok(s)
     }
+}
+
+thread_local! {
+    // One zstd context per thread: creating one per record costs more than compressing it.
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn with_compressor<T>(
+    f: impl FnOnce(&mut zstd::bulk::Compressor<'static>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(zstd::bulk::Compressor::new(3)?);
+        }
+        match c.as_mut() {
+            Some(c) => f(c),
+            None => Err(std::io::Error::other("no zstd compressor")),
+        }
+    })
+}
+
+fn with_decompressor<T>(
+    f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    DECOMPRESSOR.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = Some(zstd::bulk::Decompressor::new()?);
+        }
+        match d.as_mut() {
+            Some(d) => f(d),
+            None => Err(std::io::Error::other("no zstd decompressor")),
+        }
+    })
 }
 
 fn hex(b: &[u8]) -> String {
