@@ -35,6 +35,7 @@ if [ ! -f "$DATAFS" ]; then
   mkdir -p "$(dirname "$DATAFS")"
   "$PY" python/bench/make_datafs.py "$DATAFS.part" --size "$SIZE"
   mv "$DATAFS.part" "$DATAFS"
+  rm -f "$DATAFS.part".*
 fi
 WORK=$(mktemp -d -t tierdb-import.XXXXXX)
 echo "== import $DATAFS ($(du -h "$DATAFS" | cut -f1)) into a local directory"
