@@ -24,7 +24,8 @@ const IDENTITY_HEADER: &str = "tierdb-cache v1";
 #[derive(Debug)]
 pub(crate) struct CacheDir {
     pub root: PathBuf,
-    _lock: File,
+    /// Held (locked) from open until [`CacheDir::release`] or drop.
+    lock: parking_lot::Mutex<Option<File>>,
 }
 
 impl CacheDir {
@@ -65,10 +66,16 @@ impl CacheDir {
         }
         let dir = Self {
             root: root.to_path_buf(),
-            _lock: lock,
+            lock: parking_lot::Mutex::new(Some(lock)),
         };
         dir.claim(capacity_url)?;
         Ok(dir)
+    }
+
+    /// Unlocks the directory (at close), so another store in this or another process may
+    /// open it.
+    pub fn release(&self) {
+        self.lock.lock().take();
     }
 
     fn claim(&self, capacity_url: &str) -> Result<()> {
@@ -125,5 +132,23 @@ impl CacheDir {
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::io("cannot fsync", &self.root, e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_cache_dir_is_exclusive_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = CacheDir::open(dir.path(), "memory://a").unwrap();
+        assert!(matches!(
+            CacheDir::open(dir.path(), "memory://a"),
+            Err(Error::CacheDirLocked { .. })
+        ));
+        a.release();
+        let _b = CacheDir::open(dir.path(), "memory://a").unwrap();
     }
 }

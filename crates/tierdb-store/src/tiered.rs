@@ -260,6 +260,13 @@ impl TieredStore {
             cache.close().await?;
         }
         self.save_stats();
+        if flushed.is_ok()
+            && let Some(dir) = &self.inner._cache_dir
+        {
+            // Closed: another store may open the directory now (a ZODB storage closed and
+            // reopened in one process, for example).
+            dir.release();
+        }
         flushed
     }
 
