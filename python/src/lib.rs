@@ -282,6 +282,14 @@ impl Store {
         Ok(got.map(|(o, t, d)| (b(py, &o.to_bytes()), b(py, &t.to_bytes()), b(py, &d))))
     }
 
+    /// Warms the caches with the revisions of `oids` current before `tid` (concurrently);
+    /// returns how many were found.
+    fn prefetch(&self, py: Python<'_>, oids: Vec<Vec<u8>>, tid: &[u8]) -> PyResult<usize> {
+        let oids: Vec<Oid> = oids.iter().map(|o| oid_of(o)).collect::<PyResult<_>>()?;
+        let tid = tid_of(tid)?;
+        Ok(py.detach(|| self.rt.block_on(self.store.prefetch(&oids, tid))))
+    }
+
     /// Writes the blob of `oid`'s revision `serial` to the file `dest`.
     fn load_blob(&self, py: Python<'_>, oid: &[u8], serial: &[u8], dest: &str) -> PyResult<()> {
         let (oid, serial) = (oid_of(oid)?, tid_of(serial)?);

@@ -268,3 +268,22 @@ def test_zconfig_section_and_zodburi_name_a_tierstorage(tmp_path):
         assert ZODB.DB(s).open().root()["x"] == 1
     finally:
         s.close()
+
+
+def test_prefetch_warms_the_caches_for_the_loads_that_follow(tmp_path):
+    from ZODB.utils import maxtid, p64
+    s = TierStorage(str(tmp_path / "pf"), create=True)
+    db = ZODB.DB(s)
+    try:
+        conn = db.open()
+        for i in range(50):
+            conn.root()[i] = PersistentMapping({"i": i})
+        transaction.commit()
+        oids = [conn.root()[i]._p_oid for i in range(50)]
+        # Connection.prefetch reaches the storage (through ZODB's MVCC adapter).
+        conn2 = db.open()
+        conn2.prefetch(oids)
+        assert s._native.prefetch(oids + [p64(10 ** 6)], maxtid) == 50
+        assert [conn2.get(o)["i"] for o in oids] == list(range(50))
+    finally:
+        db.close()

@@ -150,6 +150,11 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
             except _native.NotFoundError:
                 raise POSException.POSKeyError(oid)
 
+    def prefetch(self, oids, tid):
+        """Reads the revisions of `oids` current before `tid` into the storage's caches,
+        concurrently, so the loads that follow are cache hits (ZODB's Connection.prefetch)."""
+        self._native.prefetch([oid for oid in oids], tid)
+
     def getTid(self, oid):
         return self.load(oid)[1]
 

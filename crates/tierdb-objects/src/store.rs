@@ -699,6 +699,19 @@ impl VersionedStore {
         }
     }
 
+    /// Reads the revisions of `oids` current before `before`, 32 at a time, so they are in
+    /// the caches (DRAM tier, block cache) when asked for: ZODB's `prefetch`. Returns how
+    /// many were found; missing objects and errors are left for the real load to report.
+    pub async fn prefetch(&self, oids: &[Oid], before: Tid) -> usize {
+        use futures::StreamExt;
+        futures::stream::iter(oids.iter().copied())
+            .map(|oid| async move { matches!(self.load_before(oid, before).await, Ok(Some(_))) })
+            .buffer_unordered(32)
+            .filter(|found| std::future::ready(*found))
+            .count()
+            .await
+    }
+
     /// The hash of the blob of `oid`'s revision `serial`.
     pub async fn blob_of(&self, oid: Oid, serial: Tid) -> Result<[u8; 32]> {
         match self.revision(oid, serial).await? {
