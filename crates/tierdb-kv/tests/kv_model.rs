@@ -71,7 +71,12 @@ async fn contents(db: &KvDb) -> BTreeMap<Bytes, Bytes> {
         .collect()
 }
 
-async fn run(mode: WriteMode, seed: u64, actions: Vec<Action>) {
+async fn run(
+    mode: WriteMode,
+    seed: u64,
+    actions: Vec<Action>,
+    at: Arc<parking_lot::Mutex<String>>,
+) {
     let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let faulty = Arc::new(FaultStore::new(memory, FaultConfig::default(), seed));
     let cache = tempfile::tempdir().expect("tempdir");
@@ -86,7 +91,8 @@ async fn run(mode: WriteMode, seed: u64, actions: Vec<Action>) {
         ..FaultConfig::default()
     });
     let mut model = BTreeMap::new();
-    for action in actions {
+    for (i, action) in actions.into_iter().enumerate() {
+        *at.lock() = format!("action {i}: {action:?}");
         match action {
             Action::Commit(changes) => match db.commit(batch(&changes)).await {
                 Ok(_) => apply(&mut model, &changes),
@@ -156,6 +162,7 @@ async fn run(mode: WriteMode, seed: u64, actions: Vec<Action>) {
             }
         }
     }
+    *at.lock() = "final reopen and close".into();
     faulty.set_config(FaultConfig::default());
     drop(db);
     let db = KvDb::open(store.clone(), "db", "db", &common::options(false))
@@ -167,7 +174,7 @@ async fn run(mode: WriteMode, seed: u64, actions: Vec<Action>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 6, max_shrink_iters: 20, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 6, max_shrink_iters: 3, ..ProptestConfig::default() })]
 
     #[test]
     fn kv_matches_a_btreemap_under_store_faults(
@@ -181,11 +188,21 @@ proptest! {
             .enable_all()
             .build()
             .expect("runtime");
-        // A liveness guard, not a speed check: a stalled store must fail, not hang CI.
-        rt.block_on(async {
-            tokio::time::timeout(std::time::Duration::from_secs(300), run(mode, seed, actions))
-                .await
-                .expect("the model run stalled (no progress for 300 s)")
+        // A liveness guard, not a speed check: a stalled store must fail, naming where,
+        // not hang CI (shrinking reruns a failing case, so both are kept small).
+        let at = Arc::new(parking_lot::Mutex::new(String::from("opening")));
+        let outcome = rt.block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(120),
+                run(mode, seed, actions, at.clone()),
+            )
+            .await
         });
+        if outcome.is_err() {
+            panic!(
+                "the model run ({mode:?}, seed {seed}) stalled for 120 s at {}",
+                at.lock()
+            );
+        }
     }
 }
