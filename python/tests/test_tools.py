@@ -263,11 +263,13 @@ def test_zconfig_section_and_zodburi_name_a_tierstorage(tmp_path):
         transaction.abort()
     finally:
         db.close()
-    s = TierStorage(url, read_only=True)
+    db = ZODB.DB(TierStorage(url, read_only=True))
     try:
-        assert ZODB.DB(s).open().root()["x"] == 1
+        conn = db.open()
+        assert conn.root()["x"] == 1
+        conn.close()
     finally:
-        s.close()
+        db.close()
 
 
 def test_prefetch_warms_the_caches_for_the_loads_that_follow(tmp_path):
