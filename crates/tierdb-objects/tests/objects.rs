@@ -13,16 +13,8 @@ use tierdb_objects::{ObjError, Oid, Tid, Txn, TxnMeta, VersionedStore};
 use tierdb_store::{TierOptions, TieredStore};
 
 async fn open_on(capacity: Arc<InMemory>) -> VersionedStore {
-    let store = TieredStore::with_capacity(capacity, "memory".into(), TierOptions::default())
-        .await
-        .unwrap();
-    let options = KvOptions {
-        create: true,
-        compaction: false,
-        ..KvOptions::default()
-    };
-    let kv = KvDb::open(store, "zodb", "zodb", &options).await.unwrap();
-    VersionedStore::open(Arc::new(kv)).await.unwrap()
+    let (_, kv) = kv_on(capacity).await;
+    VersionedStore::open(kv).await.unwrap()
 }
 
 async fn kv_on(capacity: Arc<InMemory>) -> (TieredStore, Arc<KvDb>) {
