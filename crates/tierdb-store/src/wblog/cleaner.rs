@@ -289,6 +289,7 @@ fn finish(ctx: &CleanerCtx, job: Job, result: object_store::Result<Option<(PutRe
             tracing::warn!(path = %job.path, attempts, error = %e, "write-back upload failed; will retry");
             if attempts >= ctx.attempts_max {
                 state.failing = Some((job.path.clone(), attempts, e.to_string()));
+                state.failures += 1;
                 state.publish_status(shared);
             }
             if let Some(ps) = state.index.get_mut(&job.path) {

@@ -96,6 +96,9 @@ pub(crate) struct Status {
     pub watermark: u64,
     /// An upload that failed `upload_attempts_max` times in a row: (path, attempts, error).
     pub failing: Option<(String, u32, String)>,
+    /// How many times `failing` has been set since open: a barrier reports only failures
+    /// that happened after it started (older ones may since have healed).
+    pub failures: u64,
 }
 
 #[derive(Debug, Default)]
@@ -115,6 +118,7 @@ pub(crate) struct State {
     /// Permits owed after replaying more dirty bytes than the current cap allows.
     debt: u64,
     failing: Option<(String, u32, String)>,
+    failures: u64,
     /// Pending create records in log order (seq -> path); uploaded one at a time, in order.
     creates: BTreeMap<u64, String>,
     create_in_flight: bool,
@@ -241,6 +245,7 @@ impl State {
         shared.status.send_replace(Status {
             watermark: self.watermark(),
             failing: self.failing.clone(),
+            failures: self.failures,
         });
     }
 
@@ -622,8 +627,20 @@ impl WbLog {
 
     /// Waits until every write acknowledged before the call is in the capacity store, then
     /// records that in the log (a clean mark) so replay cannot re-upload those versions.
+    ///
+    /// Uploads waiting out a retry backoff are retried at once; the barrier fails only when
+    /// an upload fails `upload_attempts_max` times and once more after the barrier began, so
+    /// a failure from before the capacity store healed is not reported.
     pub async fn barrier(&self) -> Result<()> {
-        let target = self.shared.state.lock().last_data_seq;
+        let (target, failures_before) = {
+            let mut state = self.shared.state.lock();
+            let now = Instant::now();
+            for (due, _) in &mut state.retry {
+                *due = now;
+            }
+            state.create_not_before = None;
+            (state.last_data_seq, state.failures)
+        };
         let mut status = self.shared.status.subscribe();
         self.shared.work.notify_one();
         loop {
@@ -632,7 +649,9 @@ impl WbLog {
                 if s.watermark >= target {
                     break;
                 }
-                if let Some((path, attempts, last_error)) = &s.failing {
+                if s.failures > failures_before
+                    && let Some((path, attempts, last_error)) = &s.failing
+                {
                     return Err(Error::UploadFailing {
                         path: path.clone(),
                         attempts: *attempts,
