@@ -1,0 +1,385 @@
+//! The catalog, kept in the KV engine next to everything else in the database.
+//!
+//! Keys (all start with `T`, so they never meet the object store's keys):
+//!
+//! | key                              | value                                       |
+//! |----------------------------------|---------------------------------------------|
+//! | `Tn` + table name                | [`TableDef`] (JSON)                         |
+//! | `Ts` + table id (u64 BE) + segment id (u64 BE) | [`SegmentMeta`] (JSON): the extent map |
+//! | `Tc`                             | the next id (u64 BE) for tables and segments |
+//!
+//! A load or an insert writes its Parquet segments first and then commits every segment
+//! record (and the id counter) in one KV batch: a reader sees all of it or none of it.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::ScalarValue;
+use serde::{Deserialize, Serialize};
+use tierdb_kv::{Batch, KvRead};
+
+use crate::error::{Result, TableError};
+
+const TABLE_PREFIX: &[u8] = b"Tn";
+const SEGMENT_PREFIX: &[u8] = b"Ts";
+const COUNTER_KEY: &[u8] = b"Tc";
+
+/// The column types tierdb stores. Each maps to one Arrow type and one Parquet physical type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColumnType {
+    Boolean,
+    Int32,
+    Int64,
+    Float64,
+    Utf8,
+    Date32,
+    Decimal { precision: u8, scale: i8 },
+}
+
+impl ColumnType {
+    pub fn arrow(self) -> DataType {
+        match self {
+            ColumnType::Boolean => DataType::Boolean,
+            ColumnType::Int32 => DataType::Int32,
+            ColumnType::Int64 => DataType::Int64,
+            ColumnType::Float64 => DataType::Float64,
+            ColumnType::Utf8 => DataType::Utf8,
+            ColumnType::Date32 => DataType::Date32,
+            ColumnType::Decimal { precision, scale } => DataType::Decimal128(precision, scale),
+        }
+    }
+
+    pub fn from_arrow(column: &str, t: &DataType) -> Result<Self> {
+        Ok(match t {
+            DataType::Boolean => ColumnType::Boolean,
+            DataType::Int8 | DataType::Int16 | DataType::Int32 => ColumnType::Int32,
+            DataType::Int64 => ColumnType::Int64,
+            DataType::Float32 | DataType::Float64 => ColumnType::Float64,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ColumnType::Utf8,
+            DataType::Date32 => ColumnType::Date32,
+            DataType::Decimal128(p, s) => ColumnType::Decimal {
+                precision: *p,
+                scale: *s,
+            },
+            other => {
+                return Err(TableError::Schema(format!(
+                    "column {column}: type {other} is not supported; use BOOLEAN, INT, BIGINT, \
+                     DOUBLE, VARCHAR, DATE or DECIMAL(p,s)"
+                )));
+            }
+        })
+    }
+
+    /// The SQL spelling, as `\d`-style listings show it.
+    pub fn sql(self) -> String {
+        match self {
+            ColumnType::Boolean => "BOOLEAN".into(),
+            ColumnType::Int32 => "INT".into(),
+            ColumnType::Int64 => "BIGINT".into(),
+            ColumnType::Float64 => "DOUBLE".into(),
+            ColumnType::Utf8 => "VARCHAR".into(),
+            ColumnType::Date32 => "DATE".into(),
+            ColumnType::Decimal { precision, scale } => format!("DECIMAL({precision},{scale})"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: ColumnType,
+    pub nullable: bool,
+}
+
+/// A table: its columns, and how its rows are laid out in segments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableDef {
+    pub id: u64,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Rows are sorted by these columns on ingest (within each load or insert).
+    #[serde(default)]
+    pub sort_key: Vec<String>,
+    /// No segment holds rows of two values of this column (rows are sorted by it first).
+    #[serde(default)]
+    pub partition_key: Option<String>,
+    pub created_ms: u64,
+}
+
+impl TableDef {
+    pub fn schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| Field::new(&c.name, c.ty.arrow(), c.nullable))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+
+    /// The columns rows are sorted by on ingest: the partition key, then the sort key.
+    pub fn ingest_order(&self) -> Vec<String> {
+        let mut order: Vec<String> = self.partition_key.iter().cloned().collect();
+        for c in &self.sort_key {
+            if !order.contains(c) {
+                order.push(c.clone());
+            }
+        }
+        order
+    }
+
+    /// Checks names and keys; `columns` come from the user.
+    pub fn validate(&self) -> Result<()> {
+        if self.columns.is_empty() {
+            return Err(TableError::Schema(format!(
+                "table {} has no columns",
+                self.name
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for c in &self.columns {
+            if !seen.insert(c.name.as_str()) {
+                return Err(TableError::Schema(format!(
+                    "table {}: column {} is named twice",
+                    self.name, c.name
+                )));
+            }
+        }
+        for k in self.sort_key.iter().chain(self.partition_key.iter()) {
+            if self.column_index(k).is_none() {
+                return Err(TableError::Schema(format!(
+                    "table {}: key column {k} is not a column of the table",
+                    self.name
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A stored min or max. Decimals are kept as their unscaled integer in a string (an i128
+/// does not fit a JSON number), dates as days since 1970-01-01.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StatValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+impl StatValue {
+    pub fn from_scalar(v: &ScalarValue) -> Option<Self> {
+        if v.is_null() {
+            return None;
+        }
+        Some(match v {
+            ScalarValue::Boolean(Some(b)) => StatValue::Bool(*b),
+            ScalarValue::Int8(Some(i)) => StatValue::Int(i64::from(*i)),
+            ScalarValue::Int16(Some(i)) => StatValue::Int(i64::from(*i)),
+            ScalarValue::Int32(Some(i)) => StatValue::Int(i64::from(*i)),
+            ScalarValue::Int64(Some(i)) => StatValue::Int(*i),
+            ScalarValue::Date32(Some(d)) => StatValue::Int(i64::from(*d)),
+            ScalarValue::Float32(Some(f)) => StatValue::Float(f64::from(*f)),
+            ScalarValue::Float64(Some(f)) => StatValue::Float(*f),
+            ScalarValue::Decimal128(Some(d), _, _) => StatValue::Str(d.to_string()),
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
+            | ScalarValue::Utf8View(Some(s)) => StatValue::Str(s.clone()),
+            _ => return None,
+        })
+    }
+
+    /// The value as a scalar of `ty`; `None` if it does not fit (then nothing is pruned).
+    pub fn to_scalar(&self, ty: ColumnType) -> Option<ScalarValue> {
+        Some(match (ty, self) {
+            (ColumnType::Boolean, StatValue::Bool(b)) => ScalarValue::Boolean(Some(*b)),
+            (ColumnType::Int32, StatValue::Int(i)) => {
+                ScalarValue::Int32(Some(i32::try_from(*i).ok()?))
+            }
+            (ColumnType::Int64, StatValue::Int(i)) => ScalarValue::Int64(Some(*i)),
+            (ColumnType::Date32, StatValue::Int(i)) => {
+                ScalarValue::Date32(Some(i32::try_from(*i).ok()?))
+            }
+            (ColumnType::Float64, StatValue::Float(f)) => ScalarValue::Float64(Some(*f)),
+            (ColumnType::Float64, StatValue::Int(i)) => ScalarValue::Float64(Some(*i as f64)),
+            (ColumnType::Utf8, StatValue::Str(s)) => ScalarValue::Utf8(Some(s.clone())),
+            (ColumnType::Decimal { precision, scale }, StatValue::Str(s)) => {
+                ScalarValue::Decimal128(Some(s.parse().ok()?), precision, scale)
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// Per segment and column: the extent map entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ColumnStats {
+    pub min: Option<StatValue>,
+    pub max: Option<StatValue>,
+    pub nulls: u64,
+}
+
+/// One Parquet file of a table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SegmentMeta {
+    pub id: u64,
+    /// The object's path in the store.
+    pub path: String,
+    pub rows: u64,
+    pub bytes: u64,
+    /// In table column order.
+    pub columns: Vec<ColumnStats>,
+}
+
+fn table_key(name: &str) -> Bytes {
+    let mut k = BytesMut::with_capacity(TABLE_PREFIX.len() + name.len());
+    k.put_slice(TABLE_PREFIX);
+    k.put_slice(name.as_bytes());
+    k.freeze()
+}
+
+fn segment_prefix(table: u64) -> Bytes {
+    let mut k = BytesMut::with_capacity(10);
+    k.put_slice(SEGMENT_PREFIX);
+    k.put_u64(table);
+    k.freeze()
+}
+
+fn segment_key(table: u64, segment: u64) -> Bytes {
+    let mut k = BytesMut::with_capacity(18);
+    k.put_slice(SEGMENT_PREFIX);
+    k.put_u64(table);
+    k.put_u64(segment);
+    k.freeze()
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T> {
+    serde_json::from_slice(value).map_err(|e| TableError::Damaged {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn encode<T: Serialize>(v: &T) -> Bytes {
+    // Serializing these plain structs cannot fail (no maps with non-string keys).
+    Bytes::from(serde_json::to_vec(v).unwrap_or_default())
+}
+
+pub async fn get_table(kv: &dyn KvRead, name: &str) -> Result<Option<TableDef>> {
+    let key = table_key(name);
+    match kv.get(&key).await? {
+        Some(v) => Ok(Some(decode(&key, &v)?)),
+        None => Ok(None),
+    }
+}
+
+pub async fn list_tables(kv: &dyn KvRead) -> Result<Vec<TableDef>> {
+    kv.scan_prefix(TABLE_PREFIX, None)
+        .await?
+        .iter()
+        .map(|(k, v)| decode(k, v))
+        .collect()
+}
+
+pub async fn segments(kv: &dyn KvRead, table: u64) -> Result<Vec<SegmentMeta>> {
+    kv.scan_prefix(&segment_prefix(table), None)
+        .await?
+        .iter()
+        .map(|(k, v)| decode(k, v))
+        .collect()
+}
+
+/// The next free id (tables and segments share one counter).
+pub async fn next_id(kv: &dyn KvRead) -> Result<u64> {
+    match kv.get(COUNTER_KEY).await? {
+        Some(v) => {
+            let raw: [u8; 8] = v.as_ref().try_into().map_err(|_| TableError::Damaged {
+                key: "Tc".into(),
+                reason: format!("{} bytes, expected 8", v.len()),
+            })?;
+            Ok(u64::from_be_bytes(raw))
+        }
+        None => Ok(1),
+    }
+}
+
+/// Catalog changes staged for one atomic commit.
+#[derive(Debug, Default)]
+pub struct CatalogBatch {
+    pub batch: Batch,
+}
+
+impl CatalogBatch {
+    pub fn put_table(&mut self, def: &TableDef) {
+        self.batch.put(table_key(&def.name), encode(def));
+    }
+
+    pub fn delete_table(&mut self, name: &str) {
+        self.batch.delete(table_key(name));
+    }
+
+    pub fn put_segment(&mut self, table: u64, seg: &SegmentMeta) {
+        self.batch.put(segment_key(table, seg.id), encode(seg));
+    }
+
+    pub fn delete_segment(&mut self, table: u64, segment: u64) {
+        self.batch.delete(segment_key(table, segment));
+    }
+
+    pub fn set_next_id(&mut self, next: u64) {
+        self.batch
+            .put(Bytes::from_static(COUNTER_KEY), Bytes::copy_from_slice(&next.to_be_bytes()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn stat_values_round_trip_through_json_and_scalars() {
+        let cases = [
+            (ColumnType::Int32, ScalarValue::Int32(Some(-7))),
+            (ColumnType::Int64, ScalarValue::Int64(Some(1 << 40))),
+            (ColumnType::Float64, ScalarValue::Float64(Some(2.5))),
+            (ColumnType::Utf8, ScalarValue::Utf8(Some("AMERICA".into()))),
+            (ColumnType::Date32, ScalarValue::Date32(Some(9000))),
+            (ColumnType::Boolean, ScalarValue::Boolean(Some(true))),
+            (
+                ColumnType::Decimal {
+                    precision: 38,
+                    scale: 2,
+                },
+                ScalarValue::Decimal128(Some(i128::MAX - 3), 38, 2),
+            ),
+        ];
+        for (ty, v) in cases {
+            let s = StatValue::from_scalar(&v).unwrap();
+            let json = serde_json::to_string(&s).unwrap();
+            let back: StatValue = serde_json::from_str(&json).unwrap();
+            assert_eq!(back.to_scalar(ty).unwrap(), v, "{ty:?} via {json}");
+        }
+        assert_eq!(StatValue::from_scalar(&ScalarValue::Int32(None)), None);
+    }
+
+    #[test]
+    fn keys_sort_by_table_then_segment() {
+        assert!(segment_key(1, u64::MAX) < segment_key(2, 0));
+        assert!(segment_key(1, 2) < segment_key(1, 10));
+        assert!(segment_key(7, 3).starts_with(&segment_prefix(7)));
+    }
+
+    #[test]
+    fn unsupported_types_are_named() {
+        let e = ColumnType::from_arrow("t", &DataType::Binary).unwrap_err();
+        assert!(e.to_string().contains("column t"), "{e}");
+    }
+}

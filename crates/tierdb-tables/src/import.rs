@@ -1,0 +1,769 @@
+//! Bulk import (what ColumnStore's cpimport is): CSV, TSV, pipe-delimited `.tbl` (SSB's
+//! generator output, one trailing `|` per line) and Parquet files into one table.
+//!
+//! One reader thread splits records (quotes and escapes handled by the `csv` crate) and
+//! hands chunks of raw records to parser threads, which build Arrow batches; rows that do
+//! not parse go to the reject file with their file, line and reason. The batches are sorted
+//! by the table's ingest order (DataFusion's sort, spilling to disk beyond the memory
+//! limit), cut into segments and uploaded; the segments are committed in one KV batch at
+//! the end. More rejects than `max_rejects`, or any other error, aborts the import: the
+//! uploaded segments are deleted and nothing is committed.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{
+    Array, ArrayBuilder, ArrayRef, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder,
+    Int32Builder, Int64Builder, RecordBatch, StringBuilder,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::kernels::cast_utils::parse_decimal;
+use datafusion::arrow::datatypes::{Decimal128Type, SchemaRef};
+use datafusion::error::DataFusionError;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parking_lot::Mutex;
+
+use crate::catalog::{ColumnType, TableDef};
+use crate::error::{Result, TableError};
+use crate::tables::Tables;
+use crate::write::{sorted_plan, write_plan};
+
+/// Records per chunk handed to a parser thread.
+const CHUNK_RECORDS: usize = 16 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Csv,
+    Tsv,
+    /// `|`-delimited, every line ending in `|` (dbgen's output).
+    Tbl,
+    Parquet,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Option<Format> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "csv" => Format::Csv,
+            "tsv" | "tab" => Format::Tsv,
+            "tbl" | "pipe" => Format::Tbl,
+            "parquet" => Format::Parquet,
+            _ => return None,
+        })
+    }
+
+    /// From the file name (`.csv`, `.tsv`, `.tbl`, `.parquet`, also with `.N` shard suffixes).
+    pub fn detect(path: &Path) -> Option<Format> {
+        let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
+        let parts: Vec<&str> = name.split('.').skip(1).collect();
+        parts.into_iter().rev().find_map(Format::parse)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ImportOptions {
+    /// Forces a format for every file (otherwise by extension).
+    pub format: Option<Format>,
+    /// Overrides the delimiter of CSV-like formats.
+    pub delimiter: Option<u8>,
+    /// Whether CSV/TSV files start with a header line (default: yes; `.tbl` never).
+    pub header: Option<bool>,
+    /// More rejected rows than this aborts the import, committing nothing.
+    pub max_rejects: u64,
+    /// Where rejected rows are written (created only if there are any).
+    pub reject_file: PathBuf,
+    /// Parser threads.
+    pub threads: usize,
+}
+
+/// Live counters for a progress display.
+#[derive(Debug, Default)]
+pub struct ImportProgress {
+    pub bytes_total: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub rows_parsed: AtomicU64,
+    pub rows_rejected: AtomicU64,
+    pub rows_written: AtomicU64,
+    /// Set while the sorted rows are being written (after the whole input was read).
+    pub writing: AtomicBool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ImportSummary {
+    pub files: usize,
+    pub bytes: u64,
+    pub rows: u64,
+    pub rejected: u64,
+    pub segments: usize,
+    pub segment_bytes: u64,
+    pub elapsed: Duration,
+    pub reject_file: Option<PathBuf>,
+}
+
+impl ImportSummary {
+    pub fn rows_per_sec(&self) -> f64 {
+        self.rows as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn mb_per_sec(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Imports `files` into `table`. On success every row is committed at once; on failure
+/// nothing is.
+pub async fn import(
+    tables: Arc<Tables>,
+    table: &str,
+    files: &[PathBuf],
+    options: &ImportOptions,
+    ctx: Arc<TaskContext>,
+    progress: Arc<ImportProgress>,
+) -> Result<ImportSummary> {
+    let started = Instant::now();
+    let def = tables.require(table).await?;
+    if files.is_empty() {
+        return Err(TableError::Import("no input files given".into()));
+    }
+    let mut plans = Vec::new();
+    let mut total = 0u64;
+    for f in files {
+        let meta = std::fs::metadata(f)
+            .map_err(|e| TableError::Import(format!("{}: {e}", f.display())))?;
+        if !meta.is_file() {
+            return Err(TableError::Import(format!("{}: not a file", f.display())));
+        }
+        total += meta.len();
+        let format = match options.format.or_else(|| Format::detect(f)) {
+            Some(fmt) => fmt,
+            None => {
+                return Err(TableError::Import(format!(
+                    "{}: cannot tell the format from the name; give --format csv, tsv, tbl \
+                     or parquet",
+                    f.display()
+                )));
+            }
+        };
+        plans.push((f.clone(), format));
+    }
+    progress.bytes_total.store(total, Ordering::Relaxed);
+    let schema = def.schema();
+    let rejects = Arc::new(Rejects::new(options.reject_file.clone(), options.max_rejects));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, DataFusionError>>(8);
+    let reader = {
+        let def = def.clone();
+        let options = options.clone();
+        let rejects = rejects.clone();
+        let progress = progress.clone();
+        std::thread::Builder::new()
+            .name("tierdb-import".into())
+            .spawn(move || read_all(&def, &plans, &options, &rejects, &progress, &tx))
+            .map_err(TableError::Io)?
+    };
+    let input: Arc<dyn datafusion::physical_plan::ExecutionPlan> = Arc::new(
+        StreamingTableExec::try_new(
+            schema.clone(),
+            vec![Arc::new(ChannelPartition {
+                schema: schema.clone(),
+                rx: Mutex::new(Some(rx)),
+            })],
+            None,
+            Vec::new(),
+            false,
+            None,
+        )?,
+    );
+    let plan = sorted_plan(&def, input)?;
+    let written = progress.clone();
+    let result = write_plan(&tables, &def, plan, ctx, &move |n| {
+        written.writing.store(true, Ordering::Relaxed);
+        written.rows_written.fetch_add(n, Ordering::Relaxed);
+    })
+    .await;
+    // The reader has finished (the stream ended) or is stopping (the receiver is gone).
+    let read = reader
+        .join()
+        .map_err(|_| TableError::Import("the import reader thread panicked".into()))?;
+    let segments = match (read, result) {
+        (Err(e), Ok(segments)) => {
+            tables.discard(&segments).await;
+            return Err(e);
+        }
+        (Err(e), Err(_)) | (Ok(()), Err(e)) => return Err(nothing_committed(e)),
+        (Ok(()), Ok(segments)) => segments,
+    };
+    rejects.finish()?;
+    let segments = match tables.commit_segments(&def, segments.clone(), false).await {
+        Ok(s) => s,
+        Err(e) => {
+            tables.discard(&segments).await;
+            return Err(nothing_committed(e));
+        }
+    };
+    Ok(ImportSummary {
+        files: files.len(),
+        bytes: total,
+        rows: segments.iter().map(|s| s.rows).sum(),
+        rejected: rejects.count(),
+        segments: segments.len(),
+        segment_bytes: segments.iter().map(|s| s.bytes).sum(),
+        elapsed: started.elapsed(),
+        reject_file: (rejects.count() > 0).then(|| options.reject_file.clone()),
+    })
+}
+
+fn nothing_committed(e: TableError) -> TableError {
+    // Errors raised inside the reader come back through DataFusion wrapped; unwrap them.
+    let msg = match e {
+        TableError::DataFusion(DataFusionError::External(inner)) => inner.to_string(),
+        TableError::DataFusion(other) => other.to_string(),
+        other => other.to_string(),
+    };
+    TableError::Import(format!("{msg}; nothing was imported"))
+}
+
+/// One partition fed by the reader through a channel.
+#[derive(Debug)]
+struct ChannelPartition {
+    schema: SchemaRef,
+    rx: Mutex<Option<tokio::sync::mpsc::Receiver<Result<RecordBatch, DataFusionError>>>>,
+}
+
+impl PartitionStream for ChannelPartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> datafusion::execution::SendableRecordBatchStream {
+        let rx = self.rx.lock().take();
+        let stream = futures::stream::unfold(rx, |rx| async move {
+            let mut rx = rx?;
+            let item = rx.recv().await?;
+            Some((item, Some(rx)))
+        });
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}
+
+type Sender = tokio::sync::mpsc::Sender<Result<RecordBatch, DataFusionError>>;
+
+/// The reject file and count. Exceeding the cap is an error for the whole import.
+#[derive(Debug)]
+struct Rejects {
+    path: PathBuf,
+    max: u64,
+    count: AtomicU64,
+    out: Mutex<Option<BufWriter<File>>>,
+}
+
+impl Rejects {
+    fn new(path: PathBuf, max: u64) -> Self {
+        Rejects {
+            path,
+            max,
+            count: AtomicU64::new(0),
+            out: Mutex::new(None),
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Records one bad row; fails once there are more than `max`.
+    fn reject(&self, file: &Path, line: u64, reason: &str, raw: &[u8]) -> Result<()> {
+        let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        {
+            let mut out = self.out.lock();
+            if out.is_none() {
+                *out = Some(BufWriter::new(File::create(&self.path).map_err(|e| {
+                    TableError::Import(format!(
+                        "cannot create the reject file {}: {e}",
+                        self.path.display()
+                    ))
+                })?));
+            }
+            if let Some(w) = out.as_mut() {
+                writeln!(
+                    w,
+                    "{}:{line}: {reason}\t{}",
+                    file.display(),
+                    String::from_utf8_lossy(raw).trim_end()
+                )?;
+            }
+        }
+        if n > self.max {
+            return Err(TableError::Import(format!(
+                "{}:{line}: {reason}; that is {n} rejected rows, more than --max-rejects {} \
+                 (the rejects are in {})",
+                file.display(),
+                self.max,
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        if let Some(w) = self.out.lock().as_mut() {
+            w.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// The reader thread: reads every file in turn; parser threads turn record chunks into
+/// batches. Errors are also sent down the channel so the writer stops at once.
+fn read_all(
+    def: &TableDef,
+    files: &[(PathBuf, Format)],
+    options: &ImportOptions,
+    rejects: &Arc<Rejects>,
+    progress: &Arc<ImportProgress>,
+    tx: &Sender,
+) -> Result<()> {
+    let result = (|| -> Result<()> {
+        for (path, format) in files {
+            match format {
+                Format::Parquet => read_parquet(def, path, progress, tx)?,
+                _ => read_delimited(def, path, *format, options, rejects, progress, tx)?,
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = &result {
+        let _ = tx.blocking_send(Err(DataFusionError::External(Box::new(
+            TableError::Import(e.to_string()),
+        ))));
+    }
+    result
+}
+
+fn read_parquet(
+    def: &TableDef,
+    path: &Path,
+    progress: &ImportProgress,
+    tx: &Sender,
+) -> Result<()> {
+    let bad = |e: &dyn std::fmt::Display| {
+        TableError::Import(format!("{}: not a readable Parquet file: {e}", path.display()))
+    };
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| bad(&e))?;
+    let file_schema = builder.schema().clone();
+    // Table columns by name from the file.
+    let mut indices = Vec::with_capacity(def.columns.len());
+    for c in &def.columns {
+        match file_schema.index_of(&c.name) {
+            Ok(i) => indices.push(i),
+            Err(_) => {
+                return Err(TableError::Import(format!(
+                    "{}: has no column {} (it has: {})",
+                    path.display(),
+                    c.name,
+                    file_schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+    }
+    let schema = def.schema();
+    let reader = builder.with_batch_size(8192).build().map_err(|e| bad(&e))?;
+    let rows_total = 0u64;
+    let _ = rows_total;
+    for batch in reader {
+        let batch = batch.map_err(|e| bad(&e))?;
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(indices.len());
+        for (c, &i) in def.columns.iter().zip(&indices) {
+            let a = batch.column(i);
+            let a = if a.data_type() == &c.ty.arrow() {
+                a.clone()
+            } else {
+                cast(a, &c.ty.arrow()).map_err(|e| {
+                    TableError::Import(format!(
+                        "{}: column {} ({}) cannot be stored as {}: {e}",
+                        path.display(),
+                        c.name,
+                        a.data_type(),
+                        c.ty.sql()
+                    ))
+                })?
+            };
+            columns.push(a);
+        }
+        let out = RecordBatch::try_new(schema.clone(), columns)
+            .map_err(|e| TableError::Import(format!("{}: {e}", path.display())))?;
+        progress
+            .rows_parsed
+            .fetch_add(out.num_rows() as u64, Ordering::Relaxed);
+        if tx.blocking_send(Ok(out)).is_err() {
+            return Ok(()); // the writer stopped; its error is reported
+        }
+    }
+    progress.bytes_read.fetch_add(len, Ordering::Relaxed);
+    Ok(())
+}
+
+/// A chunk of raw records and the line each starts on.
+struct Chunk {
+    lines: Vec<u64>,
+    records: Vec<csv::ByteRecord>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn read_delimited(
+    def: &TableDef,
+    path: &Path,
+    format: Format,
+    options: &ImportOptions,
+    rejects: &Arc<Rejects>,
+    progress: &Arc<ImportProgress>,
+    tx: &Sender,
+) -> Result<()> {
+    let delimiter = options.delimiter.unwrap_or(match format {
+        Format::Tsv => b'\t',
+        Format::Tbl => b'|',
+        _ => b',',
+    });
+    let header = format != Format::Tbl && options.header.unwrap_or(true);
+    let file = File::open(path)
+        .map_err(|e| TableError::Import(format!("cannot open {}: {e}", path.display())))?;
+    let counted = CountingReader {
+        inner: BufReader::with_capacity(1 << 20, file),
+        progress: progress.clone(),
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .delimiter(delimiter)
+        .has_headers(header)
+        .flexible(true)
+        .quoting(format == Format::Csv)
+        .from_reader(counted);
+    let threads = options.threads.max(1);
+    let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<Chunk>(threads * 2);
+    let chunk_rx = Arc::new(Mutex::new(chunk_rx));
+    let failed: Arc<Mutex<Option<TableError>>> = Arc::new(Mutex::new(None));
+    let stop = Arc::new(AtomicBool::new(false));
+    let trailing = format == Format::Tbl;
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let chunk_rx = chunk_rx.clone();
+            let failed = failed.clone();
+            let stop = stop.clone();
+            let tx = tx.clone();
+            scope.spawn(move || {
+                loop {
+                    let chunk = { chunk_rx.lock().recv() };
+                    let Ok(chunk) = chunk else { break };
+                    match parse_chunk(def, path, trailing, &chunk, rejects) {
+                        Ok(batch) => {
+                            progress
+                                .rows_parsed
+                                .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                            if batch.num_rows() > 0 && tx.blocking_send(Ok(batch)).is_err() {
+                                stop.store(true, Ordering::Relaxed);
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            failed.lock().get_or_insert(e);
+                            stop.store(true, Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+        let mut chunk = Chunk {
+            lines: Vec::with_capacity(CHUNK_RECORDS),
+            records: Vec::with_capacity(CHUNK_RECORDS),
+        };
+        let mut record = csv::ByteRecord::new();
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            match reader.read_byte_record(&mut record) {
+                Ok(true) => {
+                    let line = record.position().map_or(0, |p| p.line());
+                    chunk.lines.push(line);
+                    chunk.records.push(record.clone());
+                    if chunk.records.len() == CHUNK_RECORDS {
+                        let full = std::mem::replace(
+                            &mut chunk,
+                            Chunk {
+                                lines: Vec::with_capacity(CHUNK_RECORDS),
+                                records: Vec::with_capacity(CHUNK_RECORDS),
+                            },
+                        );
+                        if chunk_tx.send(full).is_err() {
+                            break;
+                        }
+                    }
+                }
+                Ok(false) => break,
+                Err(e) => {
+                    let line = e.position().map_or(0, |p| p.line());
+                    failed.lock().get_or_insert(TableError::Import(format!(
+                        "{}:{line}: cannot read: {e}",
+                        path.display()
+                    )));
+                    break;
+                }
+            }
+        }
+        if !chunk.records.is_empty() {
+            let _ = chunk_tx.send(chunk);
+        }
+        drop(chunk_tx);
+    });
+    match failed.lock().take() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+struct CountingReader<R> {
+    inner: R,
+    progress: Arc<ImportProgress>,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.progress
+            .bytes_read
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Column builders for one chunk.
+enum Col {
+    Bool(BooleanBuilder),
+    I32(Int32Builder),
+    I64(Int64Builder),
+    F64(Float64Builder),
+    Str(StringBuilder),
+    Date(Date32Builder),
+    Dec(Decimal128Builder, u8, i8),
+}
+
+impl Col {
+    fn new(ty: ColumnType, n: usize) -> Result<Col> {
+        Ok(match ty {
+            ColumnType::Boolean => Col::Bool(BooleanBuilder::with_capacity(n)),
+            ColumnType::Int32 => Col::I32(Int32Builder::with_capacity(n)),
+            ColumnType::Int64 => Col::I64(Int64Builder::with_capacity(n)),
+            ColumnType::Float64 => Col::F64(Float64Builder::with_capacity(n)),
+            ColumnType::Utf8 => Col::Str(StringBuilder::with_capacity(n, n * 16)),
+            ColumnType::Date32 => Col::Date(Date32Builder::with_capacity(n)),
+            ColumnType::Decimal { precision, scale } => Col::Dec(
+                Decimal128Builder::with_capacity(n)
+                    .with_precision_and_scale(precision, scale)?,
+                precision,
+                scale,
+            ),
+        })
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Col::Bool(b) => b.len(),
+            Col::I32(b) => b.len(),
+            Col::I64(b) => b.len(),
+            Col::F64(b) => b.len(),
+            Col::Str(b) => b.len(),
+            Col::Date(b) => b.len(),
+            Col::Dec(b, _, _) => b.len(),
+        }
+    }
+
+    /// Rolls back to `len` values (a row that failed half way).
+    fn truncate(&mut self, len: usize) {
+        // Arrow builders cannot pop; rebuild only in the rare failing case.
+        while self.len() > len {
+            let rebuilt = match self {
+                Col::Bool(b) => {
+                    let a = b.finish();
+                    let mut nb = BooleanBuilder::with_capacity(a.len());
+                    nb.extend(a.iter().take(len));
+                    Col::Bool(nb)
+                }
+                Col::I32(b) => {
+                    let a = b.finish();
+                    let mut nb = Int32Builder::with_capacity(a.len());
+                    nb.extend(a.iter().take(len));
+                    Col::I32(nb)
+                }
+                Col::I64(b) => {
+                    let a = b.finish();
+                    let mut nb = Int64Builder::with_capacity(a.len());
+                    nb.extend(a.iter().take(len));
+                    Col::I64(nb)
+                }
+                Col::F64(b) => {
+                    let a = b.finish();
+                    let mut nb = Float64Builder::with_capacity(a.len());
+                    nb.extend(a.iter().take(len));
+                    Col::F64(nb)
+                }
+                Col::Str(b) => {
+                    let a = b.finish();
+                    let mut nb = StringBuilder::with_capacity(a.len(), 1024);
+                    nb.extend(a.iter().take(len));
+                    Col::Str(nb)
+                }
+                Col::Date(b) => {
+                    let a = b.finish();
+                    let mut nb = Date32Builder::with_capacity(a.len());
+                    nb.extend(a.iter().take(len));
+                    Col::Date(nb)
+                }
+                Col::Dec(b, p, s) => {
+                    let a = b.finish();
+                    let mut nb = Decimal128Builder::with_capacity(a.len());
+                    nb.extend(a.iter().take(len));
+                    match nb.with_precision_and_scale(*p, *s) {
+                        Ok(nb) => Col::Dec(nb, *p, *s),
+                        Err(_) => return,
+                    }
+                }
+            };
+            *self = rebuilt;
+        }
+    }
+
+    fn push_null(&mut self) {
+        match self {
+            Col::Bool(b) => b.append_null(),
+            Col::I32(b) => b.append_null(),
+            Col::I64(b) => b.append_null(),
+            Col::F64(b) => b.append_null(),
+            Col::Str(b) => b.append_null(),
+            Col::Date(b) => b.append_null(),
+            Col::Dec(b, _, _) => b.append_null(),
+        }
+    }
+
+    /// Parses and appends `s`; the error says why it is not a value of the column's type.
+    fn push(&mut self, s: &str) -> std::result::Result<(), String> {
+        let t = s.trim();
+        match self {
+            Col::Bool(b) => b.append_value(match t.to_ascii_lowercase().as_str() {
+                "true" | "t" | "1" | "yes" | "y" => true,
+                "false" | "f" | "0" | "no" | "n" => false,
+                _ => return Err(format!("{s:?} is not a boolean")),
+            }),
+            Col::I32(b) => b.append_value(t.parse().map_err(|_| format!("{s:?} is not an INT"))?),
+            Col::I64(b) => {
+                b.append_value(t.parse().map_err(|_| format!("{s:?} is not a BIGINT"))?)
+            }
+            Col::F64(b) => {
+                b.append_value(t.parse().map_err(|_| format!("{s:?} is not a number"))?)
+            }
+            Col::Str(b) => b.append_value(s),
+            Col::Date(b) => {
+                let d = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
+                    .map_err(|_| format!("{s:?} is not a date (YYYY-MM-DD)"))?;
+                let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1)
+                    .ok_or_else(|| "no epoch".to_string())?;
+                let days = i32::try_from((d - epoch).num_days())
+                    .map_err(|_| format!("{s:?} is out of range"))?;
+                b.append_value(days)
+            }
+            Col::Dec(b, p, sc) => b.append_value(
+                parse_decimal::<Decimal128Type>(t, *p, *sc)
+                    .map_err(|_| format!("{s:?} is not a DECIMAL({p},{sc})"))?,
+            ),
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Col::Bool(b) => Arc::new(b.finish()),
+            Col::I32(b) => Arc::new(b.finish()),
+            Col::I64(b) => Arc::new(b.finish()),
+            Col::F64(b) => Arc::new(b.finish()),
+            Col::Str(b) => Arc::new(b.finish()),
+            Col::Date(b) => Arc::new(b.finish()),
+            Col::Dec(b, _, _) => Arc::new(b.finish()),
+        }
+    }
+}
+
+fn parse_chunk(
+    def: &TableDef,
+    path: &Path,
+    trailing_delimiter: bool,
+    chunk: &Chunk,
+    rejects: &Rejects,
+) -> Result<RecordBatch> {
+    let n = chunk.records.len();
+    let mut cols = def
+        .columns
+        .iter()
+        .map(|c| Col::new(c.ty, n))
+        .collect::<Result<Vec<_>>>()?;
+    let want = def.columns.len();
+    let mut rows = 0usize;
+    for (record, &line) in chunk.records.iter().zip(&chunk.lines) {
+        let mut fields = record.len();
+        if trailing_delimiter && fields == want + 1 && record.get(want).is_some_and(|f| f.is_empty())
+        {
+            fields = want;
+        }
+        let raw = || record.iter().collect::<Vec<_>>().join(&b"|"[..]);
+        if fields != want {
+            rejects.reject(
+                path,
+                line,
+                &format!("{fields} fields, the table has {want} columns"),
+                &raw(),
+            )?;
+            continue;
+        }
+        let mut bad = None;
+        for (i, c) in def.columns.iter().enumerate() {
+            let bytes = record.get(i).unwrap_or_default();
+            let Ok(s) = std::str::from_utf8(bytes) else {
+                bad = Some((i, format!("column {}: invalid UTF-8", c.name)));
+                break;
+            };
+            if s.is_empty() && c.ty != ColumnType::Utf8 || (s.is_empty() && c.nullable) {
+                if c.nullable {
+                    cols[i].push_null();
+                    continue;
+                }
+                bad = Some((i, format!("column {}: empty value for a NOT NULL column", c.name)));
+                break;
+            }
+            if let Err(why) = cols[i].push(s) {
+                bad = Some((i, format!("column {}: {why}", c.name)));
+                break;
+            }
+        }
+        match bad {
+            None => rows += 1,
+            Some((filled, reason)) => {
+                for col in cols.iter_mut().take(filled) {
+                    col.truncate(rows);
+                }
+                rejects.reject(path, line, &reason, &raw())?;
+            }
+        }
+    }
+    let arrays: Vec<ArrayRef> = cols.iter_mut().map(Col::finish).collect();
+    Ok(RecordBatch::try_new(def.schema(), arrays)?)
+}

@@ -1,0 +1,230 @@
+//! Join reordering. DataFusion joins in FROM-clause order; for a star schema that means the
+//! fact table meets its dimensions in whatever order the query names them, and the large
+//! intermediate results of unselective joins come first. This rule flattens a tree of inner
+//! equi-joins and rebuilds it left-deep: the largest input (the fact table, by catalog row
+//! counts) first, then, among the inputs connected to what is joined so far, the most
+//! selective first (estimated from the filters on it), the smaller table on ties.
+//!
+//! Selectivity is estimated per conjunct: `col = literal` 0.1, `IN (n values)` 0.1·n,
+//! `LIKE` 0.25, a range or BETWEEN 0.5, an OR the sum of its sides, anything else 0.5.
+//! DataFusion's physical JoinSelection still picks each join's build side from statistics.
+
+use std::any::Any;
+use std::collections::HashSet;
+
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{Column, NullEquality, Result};
+use datafusion::datasource::source_as_provider;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{
+    BinaryExpr, Expr, Join, JoinConstraint, JoinType, LogicalPlan, LogicalPlanBuilder, Operator,
+};
+use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
+
+use crate::provider::TierTable;
+
+#[derive(Debug, Default)]
+pub struct JoinReorder;
+
+impl OptimizerRule for JoinReorder {
+    fn name(&self) -> &str {
+        "tierdb_join_reorder"
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        Some(ApplyOrder::TopDown)
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> Result<Transformed<LogicalPlan>> {
+        if !is_reorderable(&plan) {
+            return Ok(Transformed::no(plan));
+        }
+        let mut leaves = Vec::new();
+        let mut edges = Vec::new();
+        flatten(&plan, &mut leaves, &mut edges);
+        if leaves.len() < 3 {
+            return Ok(Transformed::no(plan));
+        }
+        // Each side of each condition must belong to exactly one input.
+        let mut pairs = Vec::with_capacity(edges.len());
+        for (l, r) in &edges {
+            match (owner(&leaves, l), owner(&leaves, r)) {
+                (Some(a), Some(b)) if a != b => pairs.push((a, b, l.clone(), r.clone())),
+                _ => return Ok(Transformed::no(plan)),
+            }
+        }
+        let info: Vec<(f64, f64)> = leaves.iter().map(|p| estimate(p)).collect();
+        let Some(order) = choose_order(&info, &pairs) else {
+            return Ok(Transformed::no(plan));
+        };
+        if order.iter().copied().eq(0..leaves.len()) {
+            return Ok(Transformed::no(plan));
+        }
+        // Rebuild left-deep in the chosen order, then restore the original column order.
+        let mut joined: HashSet<usize> = HashSet::new();
+        let mut builder = LogicalPlanBuilder::from(leaves[order[0]].clone());
+        joined.insert(order[0]);
+        for &next in &order[1..] {
+            let mut lk = Vec::new();
+            let mut rk = Vec::new();
+            for (a, b, ea, eb) in &pairs {
+                if *a == next && joined.contains(b) {
+                    lk.push(eb.clone());
+                    rk.push(ea.clone());
+                } else if *b == next && joined.contains(a) {
+                    lk.push(ea.clone());
+                    rk.push(eb.clone());
+                }
+            }
+            builder = builder.join_with_expr_keys(
+                leaves[next].clone(),
+                JoinType::Inner,
+                (lk, rk),
+                None,
+            )?;
+            joined.insert(next);
+        }
+        let columns = plan
+            .schema()
+            .columns()
+            .into_iter()
+            .map(Expr::Column)
+            .collect::<Vec<_>>();
+        let rebuilt = builder.project(columns)?.build()?;
+        Ok(Transformed::yes(rebuilt))
+    }
+}
+
+/// An inner equi-join with nothing else attached.
+fn is_reorderable(plan: &LogicalPlan) -> bool {
+    matches!(
+        plan,
+        LogicalPlan::Join(Join {
+            join_type: JoinType::Inner,
+            filter: None,
+            join_constraint: JoinConstraint::On,
+            null_equality: NullEquality::NullEqualsNothing,
+            null_aware: false,
+            ..
+        })
+    )
+}
+
+fn flatten(plan: &LogicalPlan, leaves: &mut Vec<LogicalPlan>, edges: &mut Vec<(Expr, Expr)>) {
+    match plan {
+        LogicalPlan::Join(j) if is_reorderable(plan) => {
+            flatten(&j.left, leaves, edges);
+            flatten(&j.right, leaves, edges);
+            edges.extend(j.on.iter().cloned());
+        }
+        other => leaves.push(other.clone()),
+    }
+}
+
+/// The input whose output has every column of `e`.
+fn owner(leaves: &[LogicalPlan], e: &Expr) -> Option<usize> {
+    let cols: HashSet<&Column> = e.column_refs();
+    if cols.is_empty() {
+        return None;
+    }
+    let mut found = None;
+    for (i, leaf) in leaves.iter().enumerate() {
+        let schema = leaf.schema();
+        if cols.iter().all(|c| schema.has_column(c)) {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(i);
+        }
+    }
+    found
+}
+
+/// The greedy order: the largest input, then repeatedly the connected input with the
+/// fewest estimated rows relative to its size (most selective), smaller size on ties.
+/// `None` if the inputs are not all connected.
+fn choose_order(info: &[(f64, f64)], pairs: &[(usize, usize, Expr, Expr)]) -> Option<Vec<usize>> {
+    let n = info.len();
+    let first = (0..n).max_by(|&a, &b| info[a].0.total_cmp(&info[b].0))?;
+    let mut order = vec![first];
+    let mut joined: HashSet<usize> = HashSet::from([first]);
+    while order.len() < n {
+        let next = (0..n)
+            .filter(|i| !joined.contains(i))
+            .filter(|&i| {
+                pairs.iter().any(|(a, b, _, _)| {
+                    (*a == i && joined.contains(b)) || (*b == i && joined.contains(a))
+                })
+            })
+            .min_by(|&a, &b| {
+                info[a]
+                    .1
+                    .total_cmp(&info[b].1)
+                    .then(info[a].0.total_cmp(&info[b].0))
+            })?;
+        order.push(next);
+        joined.insert(next);
+    }
+    Some(order)
+}
+
+/// (rows of the underlying table, estimated selectivity of the filters above it).
+fn estimate(plan: &LogicalPlan) -> (f64, f64) {
+    let mut rows = None;
+    let mut selectivity = 1.0;
+    let mut seen = Vec::new();
+    collect(plan, &mut rows, &mut seen);
+    for e in &seen {
+        for c in split_conjunction(e) {
+            selectivity *= conjunct_selectivity(c);
+        }
+    }
+    (rows.unwrap_or(1e6), selectivity)
+}
+
+fn collect<'a>(plan: &'a LogicalPlan, rows: &mut Option<f64>, filters: &mut Vec<&'a Expr>) {
+    match plan {
+        LogicalPlan::TableScan(scan) => {
+            if let Ok(provider) = source_as_provider(&scan.source)
+                && let Some(t) = (provider.as_ref() as &dyn Any).downcast_ref::<TierTable>()
+            {
+                *rows = Some(t.rows() as f64);
+            }
+            // Inexact pushed filters also stay in a Filter above: count them once.
+            if filters.is_empty() {
+                filters.extend(scan.filters.iter());
+            }
+        }
+        LogicalPlan::Filter(f) => {
+            filters.push(&f.predicate);
+            collect(&f.input, rows, &mut Vec::new());
+        }
+        LogicalPlan::Projection(p) => collect(&p.input, rows, filters),
+        LogicalPlan::SubqueryAlias(s) => collect(&s.input, rows, filters),
+        _ => {}
+    }
+}
+
+fn conjunct_selectivity(e: &Expr) -> f64 {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+            Operator::Eq if is_literal(left) || is_literal(right) => 0.1,
+            Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => 0.5,
+            Operator::Or => (conjunct_selectivity(left) + conjunct_selectivity(right)).min(1.0),
+            Operator::And => conjunct_selectivity(left) * conjunct_selectivity(right),
+            _ => 0.5,
+        },
+        Expr::InList(l) if !l.negated => (0.1 * l.list.len() as f64).min(1.0),
+        Expr::Between(b) if !b.negated => 0.5,
+        Expr::Like(l) if !l.negated => 0.25,
+        _ => 0.5,
+    }
+}
+
+fn is_literal(e: &Expr) -> bool {
+    matches!(e, Expr::Literal(..)) || matches!(e, Expr::Cast(c) if is_literal(&c.expr))
+}

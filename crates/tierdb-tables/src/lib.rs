@@ -1,0 +1,28 @@
+//! tierdb's columnar tables: what MariaDB ColumnStore's extents and extent map are, on the
+//! tiered store.
+//!
+//! - [`catalog`]: schemas, tables, segments and the extent map (per segment and column:
+//!   min, max, null count), kept in the KV engine and changed atomically.
+//! - [`segment`]: segments are plain Parquet files with page indexes.
+//! - [`write`]: the shared write path: sort on ingest (spilling), cut, upload, commit.
+//! - [`provider`]: DataFusion's view: extent elimination before any file is opened.
+//! - [`sql`]: the SQL engine (DataFusion), with CREATE/DROP TABLE on the catalog.
+//! - [`joinorder`]: a join-reordering rule for star joins.
+//! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files.
+//! - [`ssb`]: the Star Schema Benchmark: a data generator and the 13 queries.
+
+pub mod catalog;
+pub mod dfstore;
+pub mod error;
+pub mod import;
+pub mod joinorder;
+pub mod provider;
+pub mod segment;
+pub mod sql;
+pub mod ssb;
+pub mod tables;
+pub mod write;
+
+pub use error::{Result, TableError};
+pub use sql::{EngineOptions, SqlEngine, StatementResult};
+pub use tables::{NewTable, Tables};

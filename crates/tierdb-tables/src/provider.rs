@@ -1,0 +1,414 @@
+//! DataFusion's view of tierdb tables: a [`TableProvider`] that skips segments with the
+//! extent map before opening any file (then Parquet skips row groups and pages), an INSERT
+//! sink, and a schema provider backed by the catalog.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, BooleanArray, UInt64Array};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{SchemaProvider, Session};
+use datafusion::common::pruning::PruningStatistics;
+use datafusion::common::stats::Precision;
+use datafusion::common::{Column, DFSchema, ScalarValue, Statistics};
+use datafusion::common::stats::ColumnStatistics;
+use datafusion::datasource::TableProvider;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
+use parking_lot::RwLock;
+
+use crate::catalog::{SegmentMeta, TableDef};
+use crate::tables::Tables;
+use crate::write::{sorted_plan, write_stream};
+
+/// The object store URL segments are read through (registered on every session).
+pub const STORE_URL: &str = "tierdb://store";
+
+pub fn store_url() -> ObjectStoreUrl {
+    // A constant, well-formed URL.
+    ObjectStoreUrl::parse(STORE_URL).unwrap_or_else(|_| ObjectStoreUrl::local_filesystem())
+}
+
+/// Extent elimination counters, over all scans of a session.
+#[derive(Debug, Default)]
+pub struct ScanCounters {
+    pub segments_total: AtomicU64,
+    pub segments_skipped: AtomicU64,
+    pub bytes_total: AtomicU64,
+    pub bytes_skipped: AtomicU64,
+}
+
+impl ScanCounters {
+    pub fn snapshot(&self) -> [u64; 4] {
+        [
+            self.segments_total.load(Ordering::Relaxed),
+            self.segments_skipped.load(Ordering::Relaxed),
+            self.bytes_total.load(Ordering::Relaxed),
+            self.bytes_skipped.load(Ordering::Relaxed),
+        ]
+    }
+}
+
+/// Knobs of the scan.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanOptions {
+    /// Skip segments with the extent map (off only to measure what it saves).
+    pub extent_elimination: bool,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions {
+            extent_elimination: true,
+        }
+    }
+}
+
+/// One table as of the moment it was looked up (its segments are a consistent snapshot: a
+/// load commits all its segments in one KV batch).
+#[derive(Debug)]
+pub struct TierTable {
+    tables: Arc<Tables>,
+    def: TableDef,
+    schema: SchemaRef,
+    segments: Vec<SegmentMeta>,
+    counters: Arc<ScanCounters>,
+    options: ScanOptions,
+}
+
+impl TierTable {
+    pub async fn load(
+        tables: Arc<Tables>,
+        def: TableDef,
+        counters: Arc<ScanCounters>,
+        options: ScanOptions,
+    ) -> crate::Result<Self> {
+        let segments = tables.segments(&def).await?;
+        Ok(TierTable {
+            schema: def.schema(),
+            tables,
+            def,
+            segments,
+            counters,
+            options,
+        })
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.segments.iter().map(|s| s.rows).sum()
+    }
+
+    /// Per-file statistics from the extent map (exact: computed from the rows).
+    fn segment_statistics(&self, seg: &SegmentMeta) -> Statistics {
+        let mut st = Statistics::new_unknown(&self.schema)
+            .with_num_rows(Precision::Exact(seg.rows as usize))
+            .with_total_byte_size(Precision::Inexact(seg.bytes as usize));
+        st.column_statistics = self
+            .def
+            .columns
+            .iter()
+            .zip(&seg.columns)
+            .map(|(c, s)| {
+                let bound = |v: &Option<crate::catalog::StatValue>| {
+                    v.as_ref()
+                        .and_then(|v| v.to_scalar(c.ty))
+                        .map_or(Precision::Absent, Precision::Exact)
+                };
+                ColumnStatistics::new_unknown()
+                    .with_null_count(Precision::Exact(s.nulls as usize))
+                    .with_min_value(bound(&s.min))
+                    .with_max_value(bound(&s.max))
+            })
+            .collect();
+        st
+    }
+}
+
+/// The extent map of a list of segments, as DataFusion's pruning predicate reads it.
+struct ExtentMap<'a> {
+    def: &'a TableDef,
+    segments: &'a [SegmentMeta],
+}
+
+impl ExtentMap<'_> {
+    fn values(&self, column: &Column, max: bool) -> Option<ArrayRef> {
+        let i = self.def.column_index(&column.name)?;
+        let ty = self.def.columns[i].ty;
+        let null = ScalarValue::try_from(&ty.arrow()).ok()?;
+        let values = self.segments.iter().map(|s| {
+            let c = &s.columns.get(i)?;
+            let v = if max { &c.max } else { &c.min };
+            v.as_ref()?.to_scalar(ty)
+        });
+        let values: Vec<ScalarValue> = values.map(|v| v.unwrap_or_else(|| null.clone())).collect();
+        ScalarValue::iter_to_array(values).ok()
+    }
+}
+
+impl PruningStatistics for ExtentMap<'_> {
+    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.values(column, false)
+    }
+
+    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.values(column, true)
+    }
+
+    fn num_containers(&self) -> usize {
+        self.segments.len()
+    }
+
+    fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
+        let i = self.def.column_index(&column.name)?;
+        Some(Arc::new(UInt64Array::from_iter_values(
+            self.segments
+                .iter()
+                .map(|s| s.columns.get(i).map_or(0, |c| c.nulls)),
+        )))
+    }
+
+    fn row_counts(&self) -> Option<ArrayRef> {
+        Some(Arc::new(UInt64Array::from_iter_values(
+            self.segments.iter().map(|s| s.rows),
+        )))
+    }
+
+    #[allow(clippy::mutable_key_type)]
+    fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<BooleanArray> {
+        None
+    }
+}
+
+#[async_trait]
+impl TableProvider for TierTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Segments, row groups and pages are skipped, but surviving rows are still filtered
+        // above the scan.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        Some(
+            Statistics::new_unknown(&self.schema)
+                .with_num_rows(Precision::Exact(self.rows() as usize)),
+        )
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let df_schema = DFSchema::try_from(self.schema.clone())?;
+        let predicate = conjunction(filters.to_vec())
+            .map(|p| state.create_physical_expr(p, &df_schema))
+            .transpose()?;
+        let mut keep = vec![true; self.segments.len()];
+        if let Some(p) = &predicate
+            && self.options.extent_elimination
+        {
+            // A predicate the pruner cannot use keeps every segment.
+            if let Ok(pruning) = PruningPredicateBuilder::new()
+                .with_file_schema(self.schema.clone())
+                .try_build(p.clone())
+            {
+                let map = ExtentMap {
+                    def: &self.def,
+                    segments: &self.segments,
+                };
+                if let Ok(mask) = pruning.prune(&map) {
+                    keep = mask;
+                }
+            }
+        }
+        let c = &self.counters;
+        for (seg, k) in self.segments.iter().zip(&keep) {
+            c.segments_total.fetch_add(1, Ordering::Relaxed);
+            c.bytes_total.fetch_add(seg.bytes, Ordering::Relaxed);
+            if !k {
+                c.segments_skipped.fetch_add(1, Ordering::Relaxed);
+                c.bytes_skipped.fetch_add(seg.bytes, Ordering::Relaxed);
+            }
+        }
+        // Kept segments spread over the session's partitions, largest first onto the
+        // lightest group.
+        let partitions = state.config().target_partitions().max(1);
+        let mut kept: Vec<&SegmentMeta> = self
+            .segments
+            .iter()
+            .zip(&keep)
+            .filter_map(|(s, k)| k.then_some(s))
+            .collect();
+        kept.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
+            (0..partitions.min(kept.len().max(1))).map(|_| (0, Vec::new())).collect();
+        for seg in kept {
+            if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
+                g.0 += seg.bytes;
+                g.1.push(
+                    PartitionedFile::new(seg.path.clone(), seg.bytes)
+                        .with_statistics(Arc::new(self.segment_statistics(seg))),
+                );
+            }
+        }
+        let mut source = ParquetSource::new(self.schema.clone())
+            .with_enable_page_index(true)
+            .with_pushdown_filters(true)
+            .with_reorder_filters(true)
+            .with_metadata_size_hint(64 * 1024);
+        if let Some(p) = predicate {
+            source = source.with_predicate(p);
+        }
+        let config = FileScanConfigBuilder::new(store_url(), Arc::new(source))
+            .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
+            .with_projection_indices(projection.cloned())?
+            .with_limit(limit)
+            .build();
+        Ok(DataSourceExec::from_data_source(config))
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let replace = match insert_op {
+            InsertOp::Append => false,
+            InsertOp::Overwrite => true,
+            InsertOp::Replace => {
+                return Err(DataFusionError::NotImplemented(
+                    "REPLACE INTO: tierdb tables have no primary key; use INSERT or \
+                     INSERT OVERWRITE"
+                        .into(),
+                ));
+            }
+        };
+        let input = sorted_plan(&self.def, input)?;
+        let sink = TierSink {
+            tables: self.tables.clone(),
+            def: self.def.clone(),
+            schema: self.schema.clone(),
+            replace,
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}
+
+/// INSERT's sink: writes segments, then commits them all at once.
+#[derive(Debug)]
+struct TierSink {
+    tables: Arc<Tables>,
+    def: TableDef,
+    schema: SchemaRef,
+    replace: bool,
+}
+
+impl DisplayAs for TierSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TierSink: table={}", self.def.name)
+    }
+}
+
+#[async_trait]
+impl DataSink for TierSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(
+        &self,
+        data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> DfResult<u64> {
+        let segments = write_stream(&self.tables, &self.def, data, &|_| {}).await?;
+        let rows = segments.iter().map(|s| s.rows).sum();
+        if let Err(e) = self
+            .tables
+            .commit_segments(&self.def, segments.clone(), self.replace)
+            .await
+        {
+            self.tables.discard(&segments).await;
+            return Err(e.into());
+        }
+        Ok(rows)
+    }
+}
+
+/// The catalog as a DataFusion schema. Table names are listed from a cache the engine
+/// refreshes before each statement (DataFusion asks for them synchronously); tables
+/// themselves are read from the KV engine when a statement is planned.
+#[derive(Debug)]
+pub struct TierSchema {
+    tables: Arc<Tables>,
+    names: RwLock<Vec<String>>,
+    counters: Arc<ScanCounters>,
+    options: RwLock<ScanOptions>,
+}
+
+impl TierSchema {
+    pub fn new(tables: Arc<Tables>, counters: Arc<ScanCounters>) -> Self {
+        TierSchema {
+            tables,
+            names: RwLock::new(Vec::new()),
+            counters,
+            options: RwLock::new(ScanOptions::default()),
+        }
+    }
+
+    pub async fn refresh(&self) -> crate::Result<()> {
+        let names = self.tables.tables().await?.into_iter().map(|t| t.name).collect();
+        *self.names.write() = names;
+        Ok(())
+    }
+
+    pub fn set_options(&self, options: ScanOptions) {
+        *self.options.write() = options;
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for TierSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.names.read().clone()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let Some(def) = self.tables.table(name).await? else {
+            return Ok(None);
+        };
+        let options = *self.options.read();
+        let t = TierTable::load(self.tables.clone(), def, self.counters.clone(), options).await?;
+        Ok(Some(Arc::new(t)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.names.read().iter().any(|n| n == name)
+    }
+}

@@ -1,0 +1,162 @@
+//! Writing segments: plain Parquet files (readable by DuckDB or Spark) with page indexes, and
+//! the extent-map entry (per column min, max and null count) computed from the rows
+//! themselves while they are written.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
+use datafusion::logical_expr::Accumulator;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use datafusion::parquet::file::metadata::SortingColumn;
+use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::path::Path;
+
+use crate::catalog::{ColumnStats, SegmentMeta, StatValue, TableDef};
+use crate::error::{Result, TableError};
+
+/// How segments are cut and encoded.
+#[derive(Debug, Clone)]
+pub struct SegmentOptions {
+    /// A segment is closed at this many rows (ColumnStore's extents hold 8M rows of one
+    /// column; a segment holds every column of its rows).
+    pub segment_rows: usize,
+    /// Rows per Parquet row group (the unit of row-group pruning inside a segment).
+    pub row_group_rows: usize,
+    pub zstd_level: i32,
+}
+
+impl Default for SegmentOptions {
+    fn default() -> Self {
+        SegmentOptions {
+            segment_rows: 1 << 21,
+            row_group_rows: 1 << 17,
+            zstd_level: 1,
+        }
+    }
+}
+
+/// One segment being written.
+pub struct SegmentBuilder {
+    writer: ArrowWriter<Vec<u8>>,
+    mins: Vec<MinAccumulator>,
+    maxs: Vec<MaxAccumulator>,
+    nulls: Vec<u64>,
+    rows: usize,
+}
+
+impl std::fmt::Debug for SegmentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentBuilder")
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SegmentBuilder {
+    pub fn new(def: &TableDef, schema: SchemaRef, options: &SegmentOptions) -> Result<Self> {
+        let sorting: Vec<SortingColumn> = def
+            .ingest_order()
+            .iter()
+            .filter_map(|c| def.column_index(c))
+            .map(|i| SortingColumn {
+                column_idx: i as i32,
+                descending: false,
+                nulls_first: true,
+            })
+            .collect();
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(options.zstd_level)?))
+            .set_max_row_group_row_count(Some(options.row_group_rows))
+            .set_statistics_enabled(EnabledStatistics::Page)
+            .set_sorting_columns((!sorting.is_empty()).then_some(sorting))
+            .set_created_by(format!("tierdb {}", env!("CARGO_PKG_VERSION")))
+            .build();
+        let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
+        let mut mins = Vec::new();
+        let mut maxs = Vec::new();
+        for f in schema.fields() {
+            mins.push(MinAccumulator::try_new(f.data_type())?);
+            maxs.push(MaxAccumulator::try_new(f.data_type())?);
+        }
+        Ok(SegmentBuilder {
+            writer,
+            nulls: vec![0; mins.len()],
+            mins,
+            maxs,
+            rows: 0,
+        })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        for (i, col) in batch.columns().iter().enumerate() {
+            self.mins[i].update_batch(std::slice::from_ref(col))?;
+            self.maxs[i].update_batch(std::slice::from_ref(col))?;
+            self.nulls[i] += col.null_count() as u64;
+        }
+        self.writer.write(batch)?;
+        self.rows += batch.num_rows();
+        Ok(())
+    }
+
+    /// The Parquet bytes and the column statistics (in schema order).
+    pub fn finish(mut self) -> Result<(Vec<u8>, Vec<ColumnStats>)> {
+        let mut stats = Vec::with_capacity(self.mins.len());
+        for i in 0..self.mins.len() {
+            let min = self.mins[i].evaluate()?;
+            let max = self.maxs[i].evaluate()?;
+            stats.push(ColumnStats {
+                min: StatValue::from_scalar(&min),
+                max: StatValue::from_scalar(&max),
+                nulls: self.nulls[i],
+            });
+        }
+        let bytes = self.writer.into_inner()?;
+        Ok((bytes, stats))
+    }
+}
+
+/// The object path of a new segment of table `table_id` in the database at `root`. A random
+/// name, so files of an import that crashed before its commit never collide with later ones.
+pub fn segment_path(root: &str, table_id: u64) -> Path {
+    Path::from(format!(
+        "{}/tables/{table_id}/{}.parquet",
+        root.trim_end_matches('/'),
+        uuid::Uuid::new_v4()
+    ))
+}
+
+/// Uploads a finished segment; returns its catalog entry (with `id` still to be assigned).
+pub async fn upload(
+    store: &Arc<dyn ObjectStore>,
+    path: Path,
+    bytes: Vec<u8>,
+    rows: usize,
+    columns: Vec<ColumnStats>,
+) -> Result<SegmentMeta> {
+    let len = bytes.len() as u64;
+    store
+        .put(&path, bytes::Bytes::from(bytes).into())
+        .await
+        .map_err(|e| TableError::Segment {
+            path: path.to_string(),
+            reason: format!("cannot upload: {e}"),
+        })?;
+    Ok(SegmentMeta {
+        id: 0,
+        path: path.to_string(),
+        rows: rows as u64,
+        bytes: len,
+        columns,
+    })
+}

@@ -1,0 +1,324 @@
+//! The SQL engine: a DataFusion session over the catalog. CREATE TABLE and DROP TABLE are
+//! carried out here (they change the catalog in the KV engine); everything else is
+//! DataFusion's, with tierdb tables as its only tables.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::datasource::provider_as_source;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, OneOrManyWithParens, Statement as SqlStatement};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+
+use crate::catalog::{ColumnDef, ColumnType};
+use crate::error::{Result, TableError};
+use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema, TierTable};
+use crate::tables::{NewTable, Tables};
+
+pub const CATALOG: &str = "tierdb";
+pub const SCHEMA: &str = "public";
+
+/// How a session runs.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Parallel partitions per query (DataFusion's target_partitions).
+    pub threads: usize,
+    /// Memory for sorts, joins and aggregations before they spill to disk.
+    pub memory_limit: usize,
+    /// Where spills go (the OS temporary directory if `None`).
+    pub spill_dir: Option<PathBuf>,
+    /// Reorder inner joins by catalog statistics (see `joinorder.rs`).
+    pub join_reorder: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            memory_limit: 2 << 30,
+            spill_dir: None,
+            join_reorder: true,
+        }
+    }
+}
+
+/// What a statement returned: rows, or a command tag (as PostgreSQL names them).
+#[derive(Debug)]
+pub struct StatementResult {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+    /// `Some("CREATE TABLE")`, `Some("INSERT 0 5")`…: no rows to show.
+    pub command: Option<String>,
+}
+
+impl StatementResult {
+    fn command(tag: impl Into<String>) -> Self {
+        StatementResult {
+            schema: Arc::new(Schema::empty()),
+            batches: Vec::new(),
+            command: Some(tag.into()),
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+pub struct SqlEngine {
+    tables: Arc<Tables>,
+    ctx: SessionContext,
+    schema: Arc<TierSchema>,
+    counters: Arc<ScanCounters>,
+}
+
+impl std::fmt::Debug for SqlEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlEngine")
+            .field("tables", &self.tables)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqlEngine {
+    pub fn new(tables: Arc<Tables>, options: &EngineOptions) -> Result<Self> {
+        let config = SessionConfig::new()
+            .with_target_partitions(options.threads.max(1))
+            .with_information_schema(true)
+            .with_create_default_catalog_and_schema(false)
+            .with_default_catalog_and_schema(CATALOG, SCHEMA);
+        let mut disk = DiskManagerBuilder::default();
+        if let Some(dir) = &options.spill_dir {
+            disk = disk.with_mode(DiskManagerMode::Directories(vec![dir.clone()]));
+        }
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::new(FairSpillPool::new(options.memory_limit)))
+            .with_disk_manager_builder(disk)
+            .build_arc()?;
+        let mut state = datafusion::execution::SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features();
+        if options.join_reorder {
+            state = state.with_optimizer_rule(Arc::new(crate::joinorder::JoinReorder::default()));
+        }
+        let ctx = SessionContext::new_with_state(state.build());
+        let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
+        ctx.register_object_store(&url, Arc::new(tables.df_store().clone()));
+        let counters = Arc::new(ScanCounters::default());
+        let schema = Arc::new(TierSchema::new(tables.clone(), counters.clone()));
+        let catalog = MemoryCatalogProvider::new();
+        catalog.register_schema(SCHEMA, schema.clone())?;
+        ctx.register_catalog(CATALOG, Arc::new(catalog));
+        Ok(SqlEngine {
+            tables,
+            ctx,
+            schema,
+            counters,
+        })
+    }
+
+    pub fn tables(&self) -> &Arc<Tables> {
+        &self.tables
+    }
+
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Extent elimination counters over every scan of this session.
+    pub fn scan_counters(&self) -> &Arc<ScanCounters> {
+        &self.counters
+    }
+
+    pub fn set_scan_options(&self, options: ScanOptions) {
+        self.schema.set_options(options);
+    }
+
+    /// Splits `sql` into statements; a syntax error names the line and column.
+    pub fn parse(&self, sql: &str) -> Result<Vec<DfStatement>> {
+        Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?.into_iter().collect())
+    }
+
+    /// Runs every statement of `sql` in order, stopping at the first error.
+    pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
+        let mut out = Vec::new();
+        for stmt in self.parse(sql)? {
+            out.push(self.execute(stmt).await?);
+        }
+        Ok(out)
+    }
+
+    /// Runs one statement.
+    pub async fn execute(&self, mut stmt: DfStatement) -> Result<StatementResult> {
+        self.schema.refresh().await?;
+        let mut keys = None;
+        if let DfStatement::Statement(s) = &mut stmt
+            && let SqlStatement::CreateTable(ct) = s.as_mut()
+        {
+            let order = ct.order_by.take();
+            let part = ct.partition_by.take();
+            keys = Some((order, part));
+        }
+        let state = self.ctx.state();
+        let plan = state.statement_to_plan(stmt).await?;
+        match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
+                let (order, part) = keys.unwrap_or((None, None));
+                self.create_table(c, order, part).await
+            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(d)) => {
+                let name = d.name.table().to_string();
+                let dropped = self.tables.drop_table(&name, d.if_exists).await?;
+                self.schema.refresh().await?;
+                Ok(StatementResult::command(if dropped {
+                    "DROP TABLE"
+                } else {
+                    "DROP TABLE (did not exist)"
+                }))
+            }
+            LogicalPlan::Ddl(other) => Err(TableError::Schema(format!(
+                "{} is not supported: tierdb keeps tables only (CREATE TABLE, DROP TABLE)",
+                other.name()
+            ))),
+            plan => {
+                let insert = matches!(plan, LogicalPlan::Dml(_));
+                let df = self.ctx.execute_logical_plan(plan).await?;
+                let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+                let batches = df.collect().await?;
+                if insert {
+                    let n = inserted(&batches);
+                    return Ok(StatementResult::command(format!("INSERT 0 {n}")));
+                }
+                Ok(StatementResult {
+                    schema,
+                    batches,
+                    command: None,
+                })
+            }
+        }
+    }
+
+    async fn create_table(
+        &self,
+        c: datafusion::logical_expr::CreateMemoryTable,
+        order: Option<OneOrManyWithParens<SqlExpr>>,
+        part: Option<Box<SqlExpr>>,
+    ) -> Result<StatementResult> {
+        if c.temporary {
+            return Err(TableError::Schema(
+                "CREATE TEMPORARY TABLE is not supported: every tierdb table is stored".into(),
+            ));
+        }
+        if !c.column_defaults.is_empty() {
+            return Err(TableError::Schema(
+                "column DEFAULT values are not supported".into(),
+            ));
+        }
+        let name = c.name.table().to_string();
+        let schema = c.input.schema();
+        let mut columns = Vec::new();
+        for f in schema.fields() {
+            columns.push(ColumnDef {
+                name: f.name().clone(),
+                ty: ColumnType::from_arrow(f.name(), f.data_type())?,
+                nullable: f.is_nullable(),
+            });
+        }
+        let sort_key = match order {
+            None => Vec::new(),
+            Some(OneOrManyWithParens::One(e)) => vec![key_column(&e, "ORDER BY")?],
+            Some(OneOrManyWithParens::Many(es)) => es
+                .iter()
+                .map(|e| key_column(e, "ORDER BY"))
+                .collect::<Result<_>>()?,
+        };
+        let partition_key = part.map(|e| key_column(&e, "PARTITION BY")).transpose()?;
+        if c.or_replace {
+            self.tables.drop_table(&name, true).await?;
+        }
+        let existed = self.tables.table(&name).await?.is_some();
+        let def = self
+            .tables
+            .create_table(
+                NewTable {
+                    name: name.clone(),
+                    columns,
+                    sort_key,
+                    partition_key,
+                },
+                c.if_not_exists,
+            )
+            .await?;
+        self.schema.refresh().await?;
+        let is_ctas = !matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(_));
+        if !is_ctas || existed {
+            return Ok(StatementResult::command("CREATE TABLE"));
+        }
+        // CREATE TABLE … AS SELECT: the rows go in like an INSERT … SELECT. If that fails
+        // the new (empty) table is dropped again.
+        let table = TierTable::load(
+            self.tables.clone(),
+            def,
+            self.counters.clone(),
+            ScanOptions::default(),
+        )
+        .await?;
+        let insert = LogicalPlanBuilder::insert_into(
+            c.input.as_ref().clone(),
+            name.as_str(),
+            provider_as_source(Arc::new(table)),
+            InsertOp::Append,
+        )?
+        .build()?;
+        let run = async {
+            let df = self.ctx.execute_logical_plan(insert).await?;
+            Ok::<_, TableError>(df.collect().await?)
+        };
+        match run.await {
+            Ok(batches) => Ok(StatementResult::command(format!(
+                "SELECT {}",
+                inserted(&batches)
+            ))),
+            Err(e) => {
+                self.tables.drop_table(&name, true).await?;
+                self.schema.refresh().await?;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The row count an INSERT plan returns (one UInt64 "count" value).
+fn inserted(batches: &[RecordBatch]) -> u64 {
+    batches
+        .first()
+        .filter(|b| b.num_columns() == 1 && b.num_rows() == 1)
+        .and_then(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+                .map(|a| a.value(0))
+        })
+        .unwrap_or(0)
+}
+
+/// A key given as a plain column name (normalized as DataFusion does: lowercase unless quoted).
+fn key_column(e: &SqlExpr, clause: &str) -> Result<String> {
+    match e {
+        SqlExpr::Identifier(id) if id.quote_style.is_some() => Ok(id.value.clone()),
+        SqlExpr::Identifier(id) => Ok(id.value.to_lowercase()),
+        other => Err(TableError::Schema(format!(
+            "{clause} {other}: table keys must be column names"
+        ))),
+    }
+}

@@ -1,0 +1,235 @@
+//! [`Tables`]: the columnar side of one database: its catalog (in the KV engine) and its
+//! segments (in the tiered store).
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::path::Path;
+use tierdb_kv::{KvDb, KvRead, KvReplica, KvWrite};
+
+use crate::catalog::{self, CatalogBatch, ColumnDef, SegmentMeta, TableDef};
+use crate::dfstore::DfStore;
+use crate::error::{Result, TableError};
+use crate::segment::SegmentOptions;
+
+/// A table to create.
+#[derive(Debug, Clone)]
+pub struct NewTable {
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub sort_key: Vec<String>,
+    pub partition_key: Option<String>,
+}
+
+/// The tables of one database. Cheap to share (`Arc`); catalog changes from one process are
+/// serialized by a lock, and the KV engine's fencing keeps a second writer process out.
+pub struct Tables {
+    name: String,
+    root: String,
+    reader: Arc<dyn KvRead>,
+    writer: Option<Arc<KvDb>>,
+    store: Arc<dyn ObjectStore>,
+    df_store: DfStore,
+    commit_lock: tokio::sync::Mutex<()>,
+    pub segment_options: SegmentOptions,
+}
+
+impl std::fmt::Debug for Tables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tables")
+            .field("name", &self.name)
+            .field("root", &self.root)
+            .field("read_only", &self.writer.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tables {
+    /// The tables of the database `kv` is the writer of.
+    pub fn writer(kv: Arc<KvDb>) -> Self {
+        let store: Arc<dyn ObjectStore> = Arc::new(kv.store().clone());
+        Tables {
+            name: kv.name().to_string(),
+            root: kv.path().to_string(),
+            reader: kv.clone(),
+            writer: Some(kv),
+            df_store: DfStore::new(store.clone()),
+            store,
+            commit_lock: tokio::sync::Mutex::new(()),
+            segment_options: SegmentOptions::default(),
+        }
+    }
+
+    /// Read-only tables through a follower of the database at `root`.
+    pub fn reader(replica: Arc<KvReplica>, root: &str) -> Self {
+        let store: Arc<dyn ObjectStore> = Arc::new(replica.store().clone());
+        Tables {
+            name: replica.name().to_string(),
+            root: root.to_string(),
+            reader: replica,
+            writer: None,
+            df_store: DfStore::new(store.clone()),
+            store,
+            commit_lock: tokio::sync::Mutex::new(()),
+            segment_options: SegmentOptions::default(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The store as DataFusion reads it (object_store 0.13), with read counters.
+    pub fn df_store(&self) -> &DfStore {
+        &self.df_store
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.writer.is_none()
+    }
+
+    fn kv_writer(&self) -> Result<&Arc<KvDb>> {
+        self.writer.as_ref().ok_or_else(|| TableError::ReadOnly {
+            db: self.name.clone(),
+        })
+    }
+
+    pub async fn table(&self, name: &str) -> Result<Option<TableDef>> {
+        catalog::get_table(self.reader.as_ref(), name).await
+    }
+
+    pub async fn require(&self, name: &str) -> Result<TableDef> {
+        self.table(name)
+            .await?
+            .ok_or_else(|| TableError::NoTable(name.to_string()))
+    }
+
+    pub async fn tables(&self) -> Result<Vec<TableDef>> {
+        catalog::list_tables(self.reader.as_ref()).await
+    }
+
+    pub async fn segments(&self, def: &TableDef) -> Result<Vec<SegmentMeta>> {
+        catalog::segments(self.reader.as_ref(), def.id).await
+    }
+
+    /// Creates a table; with `if_not_exists`, an existing table of that name is returned.
+    pub async fn create_table(&self, new: NewTable, if_not_exists: bool) -> Result<TableDef> {
+        let kv = self.kv_writer()?;
+        let _guard = self.commit_lock.lock().await;
+        if let Some(existing) = self.table(&new.name).await? {
+            if if_not_exists {
+                return Ok(existing);
+            }
+            return Err(TableError::TableExists(new.name));
+        }
+        let id = catalog::next_id(self.reader.as_ref()).await?;
+        let def = TableDef {
+            id,
+            name: new.name,
+            columns: new.columns,
+            sort_key: new.sort_key,
+            partition_key: new.partition_key,
+            created_ms: tierdb_kv::lease::now_ms(),
+        };
+        def.validate()?;
+        let mut b = CatalogBatch::default();
+        b.put_table(&def);
+        b.set_next_id(id + 1);
+        kv.commit(b.batch).await?;
+        Ok(def)
+    }
+
+    /// Drops a table: its catalog entries go in one commit, then its segment files are
+    /// deleted (a failure there leaves unreferenced files, logged, never a half table).
+    /// Returns whether a table was dropped.
+    pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let kv = self.kv_writer()?;
+        let _guard = self.commit_lock.lock().await;
+        let Some(def) = self.table(name).await? else {
+            if if_exists {
+                return Ok(false);
+            }
+            return Err(TableError::NoTable(name.to_string()));
+        };
+        let segments = self.segments(&def).await?;
+        let mut b = CatalogBatch::default();
+        b.delete_table(name);
+        for s in &segments {
+            b.delete_segment(def.id, s.id);
+        }
+        kv.commit(b.batch).await?;
+        self.discard(&segments).await;
+        Ok(true)
+    }
+
+    /// Makes `segments` (already uploaded) part of `table` in one atomic commit. Fails,
+    /// committing nothing, if the table was dropped or replaced meanwhile.
+    /// With `replace`, the table's current segments leave it in the same commit (INSERT
+    /// OVERWRITE) and their files are deleted afterwards.
+    pub async fn commit_segments(
+        &self,
+        table: &TableDef,
+        mut segments: Vec<SegmentMeta>,
+        replace: bool,
+    ) -> Result<Vec<SegmentMeta>> {
+        let kv = self.kv_writer()?;
+        let _guard = self.commit_lock.lock().await;
+        match self.table(&table.name).await? {
+            Some(now) if now.id == table.id => {}
+            _ => {
+                return Err(TableError::NoTable(format!(
+                    "{} (it was dropped while rows were being written; nothing was committed)",
+                    table.name
+                )));
+            }
+        }
+        let mut next = catalog::next_id(self.reader.as_ref()).await?;
+        let mut b = CatalogBatch::default();
+        let replaced = if replace {
+            self.segments(table).await?
+        } else {
+            Vec::new()
+        };
+        for s in &replaced {
+            b.delete_segment(table.id, s.id);
+        }
+        for s in &mut segments {
+            s.id = next;
+            next += 1;
+            b.put_segment(table.id, s);
+        }
+        b.set_next_id(next);
+        kv.commit(b.batch).await?;
+        self.discard(&replaced).await;
+        Ok(segments)
+    }
+
+    /// Deletes segment files that no commit references (an aborted load's, a dropped
+    /// table's). Best effort: failures are logged.
+    pub async fn discard(&self, segments: &[SegmentMeta]) {
+        let paths = segments
+            .iter()
+            .map(|s| Path::from(s.path.as_str()))
+            .collect::<Vec<_>>();
+        let mut deletes = futures::stream::iter(paths)
+            .map(|p| {
+                let store = self.store.clone();
+                async move { (store.delete(&p).await, p) }
+            })
+            .buffer_unordered(16);
+        while let Some((r, p)) = deletes.next().await {
+            if let Err(e) = r {
+                tracing::warn!(path = %p, error = %e, "cannot delete an unreferenced segment");
+            }
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! The write path shared by bulk import and INSERT: sort by the table's ingest order
+//! (spilling to disk beyond the memory limit), cut into segments at the segment size and at
+//! partition-key changes, upload, then one atomic catalog commit.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::compute::{cast, partition};
+use datafusion::arrow::compute::SortOptions;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::col;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use futures::StreamExt;
+use tokio::task::JoinSet;
+
+use crate::catalog::{SegmentMeta, TableDef};
+use crate::error::{Result, TableError};
+use crate::segment::{SegmentBuilder, segment_path, upload};
+use crate::tables::Tables;
+
+/// Uploads in flight at once while writing.
+const UPLOADS_IN_FLIGHT: usize = 4;
+
+/// `plan` sorted by the table's partition key then sort key: each input partition is sorted
+/// on its own (in parallel, spilling to the session's disk manager when the memory pool is
+/// exhausted) and the sorted runs are merged.
+pub fn sorted_plan(def: &TableDef, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let order = def.ingest_order();
+    let schema = plan.schema();
+    let mut exprs = Vec::with_capacity(order.len());
+    for c in &order {
+        exprs.push(PhysicalSortExpr {
+            expr: col(c, &schema)?,
+            options: SortOptions {
+                descending: false,
+                nulls_first: true,
+            },
+        });
+    }
+    let Some(ordering) = LexOrdering::new(exprs) else {
+        return Ok(plan);
+    };
+    let sort = SortExec::new(ordering.clone(), plan).with_preserve_partitioning(true);
+    Ok(Arc::new(SortPreservingMergeExec::new(ordering, Arc::new(sort))))
+}
+
+/// Runs `plan` (all partitions merged) and writes its rows as segments of `def`; commits
+/// nothing. On error every segment already uploaded is deleted again.
+pub async fn write_plan(
+    tables: &Tables,
+    def: &TableDef,
+    plan: Arc<dyn ExecutionPlan>,
+    ctx: Arc<TaskContext>,
+    on_rows: &(dyn Fn(u64) + Send + Sync),
+) -> Result<Vec<SegmentMeta>> {
+    let plan: Arc<dyn ExecutionPlan> = if plan.properties().output_partitioning().partition_count() > 1 {
+        Arc::new(
+            datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec::new(plan),
+        )
+    } else {
+        plan
+    };
+    let stream = plan.execute(0, ctx)?;
+    write_stream(tables, def, stream, on_rows).await
+}
+
+/// Writes `stream`'s rows (already in ingest order) as segments of `def`; commits nothing.
+/// On error every segment already uploaded is deleted again.
+pub async fn write_stream(
+    tables: &Tables,
+    def: &TableDef,
+    stream: SendableRecordBatchStream,
+    on_rows: &(dyn Fn(u64) + Send + Sync),
+) -> Result<Vec<SegmentMeta>> {
+    let mut w = SegmentWriter {
+        tables,
+        def,
+        schema: def.schema(),
+        builder: None,
+        uploads: JoinSet::new(),
+        done: Vec::new(),
+    };
+    match w.run(stream, on_rows).await {
+        Ok(()) => Ok(w.done),
+        Err(e) => {
+            // Whatever is still uploading finishes first, so its file can be deleted too.
+            while let Some(r) = w.uploads.join_next().await {
+                if let Ok(Ok(seg)) = r {
+                    w.done.push(seg);
+                }
+            }
+            tables.discard(&w.done).await;
+            Err(e)
+        }
+    }
+}
+
+struct SegmentWriter<'a> {
+    tables: &'a Tables,
+    def: &'a TableDef,
+    schema: SchemaRef,
+    builder: Option<SegmentBuilder>,
+    uploads: JoinSet<Result<SegmentMeta>>,
+    done: Vec<SegmentMeta>,
+}
+
+impl SegmentWriter<'_> {
+    async fn run(
+        &mut self,
+        mut stream: SendableRecordBatchStream,
+        on_rows: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<()> {
+        let part = self
+            .def
+            .partition_key
+            .as_ref()
+            .and_then(|k| self.def.column_index(k));
+        let mut last_part: Option<datafusion::common::ScalarValue> = None;
+        while let Some(batch) = stream.next().await {
+            let batch = conform(batch?, &self.schema)?;
+            on_rows(batch.num_rows() as u64);
+            // Runs of one partition-key value (the stream is sorted by it).
+            let runs = match part {
+                Some(i) => partition(std::slice::from_ref(batch.column(i)))?.ranges(),
+                None => vec![0..batch.num_rows()],
+            };
+            for run in runs {
+                let piece = batch.slice(run.start, run.len());
+                if let Some(i) = part {
+                    let v = datafusion::common::ScalarValue::try_from_array(piece.column(i), 0)?;
+                    if last_part.as_ref().is_some_and(|p| *p != v) {
+                        self.close_segment().await?;
+                    }
+                    last_part = Some(v);
+                }
+                self.append(piece).await?;
+            }
+        }
+        self.close_segment().await?;
+        while let Some(r) = self.uploads.join_next().await {
+            self.done.push(joined(r)?);
+        }
+        Ok(())
+    }
+
+    async fn append(&mut self, mut piece: RecordBatch) -> Result<()> {
+        let limit = self.tables.segment_options.segment_rows.max(1);
+        while piece.num_rows() > 0 {
+            if self.builder.is_none() {
+                self.builder = Some(SegmentBuilder::new(
+                    self.def,
+                    self.schema.clone(),
+                    &self.tables.segment_options,
+                )?);
+            }
+            let Some(b) = self.builder.as_mut() else {
+                break;
+            };
+            let take = (limit - b.rows()).min(piece.num_rows());
+            b.write(&piece.slice(0, take))?;
+            piece = piece.slice(take, piece.num_rows() - take);
+            if b.rows() >= limit {
+                self.close_segment().await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn close_segment(&mut self) -> Result<()> {
+        let Some(b) = self.builder.take() else {
+            return Ok(());
+        };
+        if b.rows() == 0 {
+            return Ok(());
+        }
+        while self.uploads.len() >= UPLOADS_IN_FLIGHT {
+            if let Some(r) = self.uploads.join_next().await {
+                self.done.push(joined(r)?);
+            }
+        }
+        let rows = b.rows();
+        let (bytes, stats) = b.finish()?;
+        let store = self.tables.store().clone();
+        let path = segment_path(self.tables.root(), self.def.id);
+        self.uploads
+            .spawn(async move { upload(&store, path, bytes, rows, stats).await });
+        Ok(())
+    }
+}
+
+fn joined(r: std::result::Result<Result<SegmentMeta>, tokio::task::JoinError>) -> Result<SegmentMeta> {
+    r.map_err(|e| TableError::Import(format!("segment upload task failed: {e}")))?
+}
+
+/// `batch` with the table's exact schema: same-named columns cast where the types differ
+/// (e.g. string views from a scan), and NOT NULL checked.
+fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    if batch.num_columns() != schema.fields().len() {
+        return Err(TableError::Schema(format!(
+            "{} columns given, the table has {}",
+            batch.num_columns(),
+            schema.fields().len()
+        )));
+    }
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
+    for (array, field) in batch.columns().iter().zip(schema.fields()) {
+        if array.data_type() == field.data_type() {
+            columns.push(array.clone());
+        } else {
+            columns.push(cast(array, field.data_type())?);
+        }
+    }
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| TableError::Schema(e.to_string()))
+}
