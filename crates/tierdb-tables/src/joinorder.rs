@@ -121,6 +121,13 @@ fn flatten(plan: &LogicalPlan, leaves: &mut Vec<LogicalPlan>, edges: &mut Vec<(E
             flatten(&j.right, leaves, edges);
             edges.extend(j.on.iter().cloned());
         }
+        // A projection that only passes columns through (pruning) does not stop the join
+        // tree; the rebuilt tree is projected to the original columns at the top.
+        LogicalPlan::Projection(p)
+            if is_reorderable(&p.input) && p.expr.iter().all(|e| matches!(e, Expr::Column(_))) =>
+        {
+            flatten(&p.input, leaves, edges);
+        }
         other => leaves.push(other.clone()),
     }
 }

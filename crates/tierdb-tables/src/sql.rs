@@ -109,7 +109,15 @@ impl SqlEngine {
             .with_runtime_env(runtime)
             .with_default_features();
         if options.join_reorder {
-            state = state.with_optimizer_rule(Arc::new(crate::joinorder::JoinReorder::default()));
+            // Right after filters are pushed down (the estimates read them), before
+            // projections are pruned.
+            let mut rules = datafusion::optimizer::Optimizer::new().rules;
+            let at = rules
+                .iter()
+                .position(|r| r.name() == "push_down_filter")
+                .map_or(rules.len(), |i| i + 1);
+            rules.insert(at, Arc::new(crate::joinorder::JoinReorder));
+            state = state.with_optimizer_rules(rules);
         }
         let ctx = SessionContext::new_with_state(state.build());
         let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;

@@ -1,0 +1,395 @@
+//! The SQL engine end to end over a KV database on an in-memory capacity store: the golden
+//! files in `tests/slt/` (sqllogictest format), extent elimination, partitioning, join
+//! reordering, and imports of good and malformed files (nothing committed on failure).
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use futures::TryStreamExt;
+use object_store::memory::InMemory;
+use object_store::{ObjectStore, ObjectStoreExt};
+use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
+use tierdb_kv::{KvDb, KvOptions};
+use tierdb_store::{TierOptions, TieredStore};
+use tierdb_tables::import::{ImportOptions, ImportProgress, import};
+use tierdb_tables::provider::ScanOptions;
+use tierdb_tables::{EngineOptions, SqlEngine, TableError, Tables};
+
+async fn engine_on(capacity: Arc<InMemory>, segment_rows: usize) -> SqlEngine {
+    let store = TieredStore::with_capacity(capacity, "memory".into(), TierOptions::default())
+        .await
+        .unwrap();
+    let options = KvOptions {
+        create: true,
+        compaction: false,
+        ..KvOptions::default()
+    };
+    let kv = Arc::new(KvDb::open(store, "db", "db", &options).await.unwrap());
+    let mut tables = Tables::writer(kv);
+    tables.segment_options.segment_rows = segment_rows;
+    tables.segment_options.row_group_rows = segment_rows.min(1 << 17);
+    let opts = EngineOptions {
+        threads: 2,
+        memory_limit: 256 << 20,
+        ..EngineOptions::default()
+    };
+    SqlEngine::new(Arc::new(tables), &opts).unwrap()
+}
+
+async fn engine(segment_rows: usize) -> (SqlEngine, Arc<InMemory>) {
+    let capacity = Arc::new(InMemory::new());
+    (engine_on(capacity.clone(), segment_rows).await, capacity)
+}
+
+/// Every result as text, rows in order.
+async fn rows(e: &SqlEngine, sql: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for r in e.sql(sql).await.unwrap() {
+        out.extend(to_text(&r.batches));
+    }
+    out
+}
+
+fn to_text(batches: &[datafusion::arrow::array::RecordBatch]) -> Vec<Vec<String>> {
+    let opts = FormatOptions::default().with_null("NULL");
+    let mut out = Vec::new();
+    for b in batches {
+        let fmts: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
+            .collect();
+        for row in 0..b.num_rows() {
+            out.push(fmts.iter().map(|f| f.value(row).to_string()).collect());
+        }
+    }
+    out
+}
+
+struct Slt(Arc<SqlEngine>);
+
+#[async_trait::async_trait]
+impl AsyncDB for Slt {
+    type Error = TableError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, TableError> {
+        let mut last = DBOutput::StatementComplete(0);
+        for r in self.0.sql(sql).await? {
+            last = match &r.command {
+                Some(tag) => DBOutput::StatementComplete(
+                    tag.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0),
+                ),
+                None => DBOutput::Rows {
+                    types: vec![DefaultColumnType::Any; r.schema.fields().len()],
+                    rows: to_text(&r.batches),
+                },
+            };
+        }
+        Ok(last)
+    }
+
+    async fn shutdown(&mut self) {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_sql_files() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/slt");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "slt"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    for file in files {
+        let (e, _) = engine(1 << 20).await;
+        let e = Arc::new(e);
+        let mut runner = sqllogictest::Runner::new(move || {
+            let e = e.clone();
+            async move { Ok::<_, TableError>(Slt(e)) }
+        });
+        if let Err(err) = runner.run_file_async(&file).await {
+            panic!("{}: {err}", file.display());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extent_map_skips_segments_before_any_file_is_opened() {
+    let (e, _) = engine(100).await;
+    e.sql(
+        "CREATE TABLE m (k INT NOT NULL, v BIGINT NOT NULL) ORDER BY (k);
+         INSERT INTO m SELECT CAST((value * 7919) % 1000 AS INT), value FROM generate_series(0, 999)",
+    )
+    .await
+    .unwrap();
+    let def = e.tables().require("m").await.unwrap();
+    let segments = e.tables().segments(&def).await.unwrap();
+    assert_eq!(segments.len(), 10, "1000 rows in segments of 100");
+    assert_eq!(segments.iter().map(|s| s.rows).sum::<u64>(), 1000);
+    let q = "SELECT count(*), sum(v) FROM m WHERE k BETWEEN 150 AND 249";
+    let before = e.scan_counters().snapshot();
+    let with = rows(&e, q).await;
+    let after = e.scan_counters().snapshot();
+    assert_eq!(after[0] - before[0], 10, "segments considered");
+    // Sorted by k: keys 150..249 live in segments 1 and 2 only.
+    assert_eq!(after[1] - before[1], 8, "segments skipped");
+    e.set_scan_options(ScanOptions {
+        extent_elimination: false,
+    });
+    let before = e.scan_counters().snapshot();
+    let without = rows(&e, q).await;
+    let after = e.scan_counters().snapshot();
+    assert_eq!(after[1] - before[1], 0);
+    assert_eq!(with, without);
+    let expected: u64 = (0..1000u64).filter(|v| (150..250).contains(&((v * 7919) % 1000))).sum();
+    assert_eq!(with, vec![vec!["100".to_string(), expected.to_string()]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_segment_mixes_two_partition_values() {
+    let (e, _) = engine(1000).await;
+    e.sql(
+        "CREATE TABLE p (region VARCHAR NOT NULL, k INT NOT NULL) PARTITION BY region ORDER BY (k);
+         INSERT INTO p SELECT CASE value % 3 WHEN 0 THEN 'ASIA' WHEN 1 THEN 'EUROPE' ELSE 'AFRICA' END, CAST(value AS INT) FROM generate_series(1, 300)",
+    )
+    .await
+    .unwrap();
+    let def = e.tables().require("p").await.unwrap();
+    assert_eq!(def.partition_key.as_deref(), Some("region"));
+    let segments = e.tables().segments(&def).await.unwrap();
+    assert_eq!(segments.len(), 3);
+    for s in &segments {
+        assert_eq!(s.columns[0].min, s.columns[0].max, "{s:?}");
+        assert_eq!(s.rows, 100);
+    }
+    let before = e.scan_counters().snapshot();
+    assert_eq!(rows(&e, "SELECT count(*) FROM p WHERE region = 'EUROPE'").await, [["100"]]);
+    let after = e.scan_counters().snapshot();
+    assert_eq!(after[1] - before[1], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn star_joins_start_from_the_most_selective_dimension() {
+    let (e, _) = engine(1 << 20).await;
+    e.sql(
+        "CREATE TABLE fact (a INT NOT NULL, b INT NOT NULL, x BIGINT NOT NULL);
+         CREATE TABLE da (a INT NOT NULL, name VARCHAR NOT NULL);
+         CREATE TABLE db (b INT NOT NULL, kind VARCHAR NOT NULL);
+         INSERT INTO da SELECT CAST(value AS INT), 'a' || value FROM generate_series(1, 50);
+         INSERT INTO db SELECT CAST(value AS INT), 'k' || (value % 5) FROM generate_series(1, 20);
+         INSERT INTO fact SELECT CAST(value % 50 + 1 AS INT), CAST(value % 20 + 1 AS INT), value FROM generate_series(1, 5000)",
+    )
+    .await
+    .unwrap();
+    // FROM order names the unfiltered dimension first; the filtered one (db) must be joined
+    // to the fact table first.
+    let q = "SELECT count(*), sum(x) FROM fact, da, db WHERE fact.a = da.a AND fact.b = db.b AND kind = 'k3'";
+    let plan = rows(&e, &format!("EXPLAIN {q}")).await;
+    let logical = &plan[0][1];
+    let pos = |s: &str| logical.find(s).unwrap_or_else(|| panic!("{s} in {logical}"));
+    // Left-deep: the innermost join (printed last) is fact with db.
+    assert!(
+        pos("Inner Join: fact.b = db.b") > pos("Inner Join: fact.a = da.a"),
+        "{logical}"
+    );
+    let expected: u64 = (1..=5000u64).filter(|v| (v % 20 + 1) % 5 == 3).sum();
+    let got = rows(&e, q).await;
+    assert_eq!(got[0][1], expected.to_string());
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn import_options(dir: &Path, max_rejects: u64) -> ImportOptions {
+    ImportOptions {
+        format: None,
+        delimiter: None,
+        header: None,
+        max_rejects,
+        reject_file: dir.join("rejects.txt"),
+        threads: 2,
+    }
+}
+
+async fn segment_files(capacity: &InMemory) -> usize {
+    let all: Vec<_> = capacity.list(None).try_collect().await.unwrap();
+    all.iter()
+        .filter(|m| m.location.as_ref().contains("/tables/"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imports_sort_on_ingest_and_cut_segments() {
+    let (e, capacity) = engine(1000).await;
+    e.sql("CREATE TABLE s (k INT NOT NULL, name VARCHAR NOT NULL, d DATE, amount DECIMAL(12,2)) ORDER BY (k)")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut tbl = String::new();
+    for i in 0..2500u32 {
+        let k = (i * 7919) % 2500;
+        tbl.push_str(&format!("{k}|n{k}|2024-01-{:02}|{}.{:02}|\n", k % 28 + 1, k, k % 100));
+    }
+    let a = write(dir.path(), "s.tbl", tbl.as_bytes());
+    let csv = write(dir.path(), "more.csv", b"k,name,d,amount\n5000,\"quoted, name\",,1.5\n");
+    let progress = Arc::new(ImportProgress::default());
+    let summary = import(
+        e.tables().clone(),
+        "s",
+        &[a, csv],
+        &import_options(dir.path(), 0),
+        e.context().task_ctx(),
+        progress.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(summary.rows, 2501);
+    assert_eq!(summary.rejected, 0);
+    assert_eq!(summary.segments, 3);
+    assert_eq!(progress.rows_parsed.load(Ordering::Relaxed), 2501);
+    assert_eq!(segment_files(&capacity).await, 3);
+    // Sorted on ingest: each segment covers its own key range.
+    let def = e.tables().require("s").await.unwrap();
+    let mut segs = e.tables().segments(&def).await.unwrap();
+    segs.sort_by_key(|s| format!("{:?}", s.columns[0].min));
+    let ranges: Vec<_> = segs
+        .iter()
+        .map(|s| (s.columns[0].min.clone(), s.columns[0].max.clone(), s.rows))
+        .collect();
+    assert_eq!(ranges.len(), 3);
+    assert_eq!(
+        rows(&e, "SELECT k, name, d, amount FROM s WHERE k IN (0, 2499, 5000) ORDER BY k").await,
+        [
+            ["0", "n0", "2024-01-01", "0.00"],
+            ["2499", "n2499", "2024-01-08", "2499.99"],
+            ["5000", "quoted, name", "NULL", "1.50"],
+        ]
+    );
+}
+
+/// Each malformed input fails with the line and the reason, and leaves no row and no file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_commits_nothing() {
+    let (e, capacity) = engine(1000).await;
+    e.sql("CREATE TABLE s (k INT NOT NULL, name VARCHAR NOT NULL, d DATE)")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let good: String = (0..5000).map(|i| format!("{i}|n{i}|2024-02-03|\n")).collect();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("columns.tbl", [good.as_bytes(), b"7|x|\n"].concat(), "5001: 2 fields, the table has 3 columns"),
+        ("number.tbl", [good.as_bytes(), b"12x|x|2024-01-01|\n"].concat(), "5001: column k: \"12x\" is not an INT"),
+        ("date.tbl", [good.as_bytes(), b"1|x|2024-13-01|\n"].concat(), "5001: column d: \"2024-13-01\" is not a date"),
+        ("utf8.tbl", [good.as_bytes(), b"1|\xff\xfe|2024-01-01|\n"].concat(), "5001: column name: invalid UTF-8"),
+        ("truncated.tbl", [good.as_bytes(), b"99|trunc"].concat(), "5001: 2 fields, the table has 3 columns"),
+        ("notnull.tbl", [good.as_bytes(), b"|x|2024-01-01|\n"].concat(), "5001: column k: empty value for a NOT NULL column"),
+    ];
+    for (name, bytes, want) in cases {
+        let f = write(dir.path(), name, &bytes);
+        let err = import(
+            e.tables().clone(),
+            "s",
+            &[f],
+            &import_options(dir.path(), 0),
+            e.context().task_ctx(),
+            Arc::new(ImportProgress::default()),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(want), "{name}: {err}");
+        assert!(err.contains("nothing was imported"), "{name}: {err}");
+        assert_eq!(rows(&e, "SELECT count(*) FROM s").await, [["0"]], "{name}");
+        assert_eq!(segment_files(&capacity).await, 0, "{name}: no segment file left");
+    }
+    // A Parquet file that is not one.
+    let f = write(dir.path(), "bad.parquet", b"PAR1 this is not parquet");
+    let err = import(
+        e.tables().clone(),
+        "s",
+        &[f],
+        &import_options(dir.path(), 0),
+        e.context().task_ctx(),
+        Arc::new(ImportProgress::default()),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("not a readable Parquet file"), "{err}");
+    // Unknown table.
+    let f = write(dir.path(), "ok.tbl", b"1|a|2024-01-01|\n");
+    let err = import(
+        e.tables().clone(),
+        "nosuch",
+        &[f],
+        &import_options(dir.path(), 0),
+        e.context().task_ctx(),
+        Arc::new(ImportProgress::default()),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, TableError::NoTable(_)), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_up_to_the_cap_go_to_the_reject_file() {
+    let (e, _) = engine(1000).await;
+    e.sql("CREATE TABLE s (k INT NOT NULL, name VARCHAR NOT NULL)")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "s.tsv", b"k\tname\n1\ta\nx\tb\n3\tc\n4\n5\te\n");
+    let opts = import_options(dir.path(), 2);
+    let summary = import(
+        e.tables().clone(),
+        "s",
+        &[f.clone()],
+        &opts,
+        e.context().task_ctx(),
+        Arc::new(ImportProgress::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!((summary.rows, summary.rejected), (3, 2));
+    let rejects = std::fs::read_to_string(&opts.reject_file).unwrap();
+    assert!(rejects.contains("s.tsv:3: column k: \"x\" is not an INT"), "{rejects}");
+    assert!(rejects.contains("s.tsv:5: 1 fields, the table has 2 columns"), "{rejects}");
+    assert_eq!(rows(&e, "SELECT sum(k) FROM s").await, [["9"]]);
+    // One more reject than allowed: nothing of the second import is committed.
+    let err = import(
+        e.tables().clone(),
+        "s",
+        &[f],
+        &import_options(dir.path(), 1),
+        e.context().task_ctx(),
+        Arc::new(ImportProgress::default()),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("more than --max-rejects 1"), "{err}");
+    assert_eq!(rows(&e, "SELECT count(*) FROM s").await, [["3"]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_survive_a_reopen() {
+    let capacity = Arc::new(InMemory::new());
+    {
+        let e = engine_on(capacity.clone(), 1000).await;
+        e.sql("CREATE TABLE r (k INT NOT NULL) ORDER BY (k); INSERT INTO r VALUES (2), (1)")
+            .await
+            .unwrap();
+        e.tables().store().head(&"x".into()).await.ok();
+    }
+    let e = engine_on(capacity, 1000).await;
+    assert_eq!(rows(&e, "SELECT k FROM r").await, [["1"], ["2"]]);
+}
