@@ -1,6 +1,8 @@
 //! `tierdb`: the command line of the tierdb database engine.
 
 mod kv_cmd;
+mod serve;
+mod sql_cmd;
 mod zodb_cmd;
 
 use std::io::{Read, Write};
@@ -43,6 +45,16 @@ enum Command {
     /// ZODB object stores: import a FileStorage or zodburi, verify, pack, stats.
     #[command(subcommand)]
     Zodb(zodb_cmd::ZodbCommand),
+    /// Run SQL on a database's tables: -c "…", or an interactive shell.
+    Sql(sql_cmd::SqlArgs),
+    /// Bulk-import CSV, TSV, .tbl (|-delimited) or Parquet files into a table: parallel
+    /// parsing, sort on ingest, rejects to a file, one atomic commit.
+    Import(sql_cmd::ImportArgs),
+    /// The Star Schema Benchmark: generate its data, load it.
+    #[command(subcommand)]
+    Ssb(sql_cmd::SsbCommand),
+    /// Serve a database's tables over the PostgreSQL wire protocol (psql works).
+    Serve(serve::ServeArgs),
     /// Show a database's format, size, LSM levels and cache statistics (read-only: it does
     /// not disturb a running writer).
     Info {
@@ -118,6 +130,9 @@ enum BenchCommand {
     /// key-value engine with (a) no device tier, (b) device write-through, (c) device
     /// write-back, and raw slatedb. Writes CSV and a PNG of the race to --out.
     Oltp(BenchOltpArgs),
+    /// The 13 Star Schema Benchmark queries, warm (best of --runs) or --cold: per-query
+    /// time, bytes read, bytes from object storage and segments skipped.
+    Ssb(sql_cmd::BenchSsbArgs),
 }
 
 #[derive(Args, Debug)]
@@ -525,6 +540,7 @@ async fn run_bench(cmd: BenchCommand) -> CliResult {
             print!("{}", cache_bench::render(&report));
             Ok(())
         }
+        BenchCommand::Ssb(a) => sql_cmd::run_bench_ssb(a).await,
         BenchCommand::Oltp(a) => {
             use tierdb_bench::oltp_bench::{self, OltpConfig, Variant};
             let url = StoreUrl::parse(&a.url).map_err(|e| e.to_string())?;
@@ -600,6 +616,10 @@ fn main() -> ExitCode {
             Command::Store(cmd) => run_store(cmd).await,
             Command::Kv(cmd) => kv_cmd::run_kv(cmd).await,
             Command::Zodb(cmd) => zodb_cmd::run_zodb(cmd).await,
+            Command::Sql(args) => sql_cmd::run_sql(args).await,
+            Command::Import(args) => sql_cmd::run_import(args).await,
+            Command::Ssb(cmd) => sql_cmd::run_ssb(cmd).await,
+            Command::Serve(args) => serve::run_serve(args).await,
             Command::Info { db, tiers } => kv_cmd::run_info(db, tiers).await,
             Command::Clone { src, dst, tiers } => kv_cmd::run_clone(src, dst, tiers).await,
             Command::Bench(cmd) => run_bench(cmd).await,

@@ -31,6 +31,7 @@ pub struct Tables {
     writer: Option<Arc<KvDb>>,
     store: Arc<dyn ObjectStore>,
     df_store: DfStore,
+    tiered: tierdb_store::TieredStore,
     commit_lock: tokio::sync::Mutex<()>,
     pub segment_options: SegmentOptions,
 }
@@ -52,6 +53,7 @@ impl Tables {
         Tables {
             name: kv.name().to_string(),
             root: kv.path().to_string(),
+            tiered: kv.store().clone(),
             reader: kv.clone(),
             writer: Some(kv),
             df_store: DfStore::new(store.clone()),
@@ -67,6 +69,7 @@ impl Tables {
         Tables {
             name: replica.name().to_string(),
             root: root.to_string(),
+            tiered: replica.store().clone(),
             reader: replica,
             writer: None,
             df_store: DfStore::new(store.clone()),
@@ -91,6 +94,11 @@ impl Tables {
     /// The store as DataFusion reads it (object_store 0.13), with read counters.
     pub fn df_store(&self) -> &DfStore {
         &self.df_store
+    }
+
+    /// Bytes the tiers have fetched from the capacity store (object storage) so far.
+    pub fn store_stats(&self) -> u64 {
+        self.tiered.stats().capacity.get_bytes
     }
 
     pub fn is_read_only(&self) -> bool {

@@ -1,0 +1,274 @@
+//! `tierdb serve DB`: the database's tables over the PostgreSQL wire protocol (simple query
+//! protocol, SCRAM-SHA-256 password authentication), so `psql` and libraries that use the
+//! simple protocol work. A failing statement answers with a PostgreSQL error (SQLSTATE and
+//! message) and the connection and the server stay up.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use clap::Args;
+use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use futures::Sink;
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::sasl::scram::{ScramAuth, gen_salted_password};
+use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler};
+use pgwire::api::query::SimpleQueryHandler;
+use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::{ClientInfo, PgWireServerHandlers, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use tierdb_tables::{SqlEngine, StatementResult, TableError};
+use tokio::net::TcpListener;
+
+use crate::CliResult;
+use crate::kv_cmd::KvArgs;
+use crate::sql_cmd::{EngineArgs, open_engine};
+
+const SCRAM_ITERATIONS: usize = 4096;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    pub db: String,
+    /// Address to listen on (loopback by default; expose it deliberately).
+    #[arg(long, default_value = "127.0.0.1:5433")]
+    pub listen: String,
+    /// The user name clients log in as.
+    #[arg(long, default_value = "tierdb")]
+    pub user: String,
+    /// The password clients must give (SCRAM-SHA-256). Required: there is no trust mode.
+    #[arg(long, env = "TIERDB_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+}
+
+#[derive(Debug)]
+struct Credentials {
+    user: String,
+    password: String,
+}
+
+#[async_trait]
+impl AuthSource for Credentials {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        let salt: [u8; 16] = rand::random();
+        // An unknown user gets a password nobody knows, so the exchange fails like a wrong
+        // password would (no user enumeration).
+        let secret = if login.user() == Some(self.user.as_str()) {
+            self.password.clone()
+        } else {
+            format!("{:x}", rand::random::<u128>())
+        };
+        let hashed = gen_salted_password(&secret, &salt, SCRAM_ITERATIONS);
+        Ok(Password::new(Some(salt.to_vec()), hashed))
+    }
+}
+
+struct Handlers {
+    engine: Arc<SqlEngine>,
+    credentials: Arc<Credentials>,
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        Arc::new(Queries {
+            engine: self.engine.clone(),
+        })
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        let mut scram = ScramAuth::new(self.credentials.clone());
+        scram.set_iterations(SCRAM_ITERATIONS);
+        Arc::new(
+            SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
+                .with_scram(scram),
+        )
+    }
+}
+
+struct Queries {
+    engine: Arc<SqlEngine>,
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Queries {
+    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statements = match self.engine.parse(query) {
+            Ok(s) => s,
+            Err(e) => return Ok(vec![error_response(&e)]),
+        };
+        if statements.is_empty() {
+            return Ok(vec![Response::EmptyQuery]);
+        }
+        let mut out = Vec::with_capacity(statements.len());
+        for stmt in statements {
+            match self.engine.execute(stmt).await {
+                Ok(r) => out.push(to_response(r)?),
+                Err(e) => {
+                    // Like PostgreSQL: the failing statement ends the query string.
+                    out.push(error_response(&e));
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn error_response(e: &TableError) -> Response {
+    let message = e.to_string();
+    let code = match e {
+        TableError::NoTable(_) => "42P01",
+        TableError::TableExists(_) => "42P07",
+        TableError::ReadOnly { .. } => "25006",
+        TableError::Schema(_) => "42601",
+        _ if message.contains("ParserError") || message.contains("sql parser error") => "42601",
+        _ if message.contains("not found") => "42P01",
+        _ if message.contains("No field named") => "42703",
+        _ => "XX000",
+    };
+    Response::Error(Box::new(ErrorInfo::new(
+        "ERROR".to_string(),
+        code.to_string(),
+        message,
+    )))
+}
+
+fn pg_type(t: &DataType) -> Type {
+    match t {
+        DataType::Boolean => Type::BOOL,
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => Type::INT2,
+        DataType::Int32 | DataType::UInt16 => Type::INT4,
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => Type::INT8,
+        DataType::Float16 | DataType::Float32 => Type::FLOAT4,
+        DataType::Float64 => Type::FLOAT8,
+        DataType::Decimal128(..) | DataType::Decimal256(..) => Type::NUMERIC,
+        DataType::Date32 | DataType::Date64 => Type::DATE,
+        DataType::Timestamp(_, None) => Type::TIMESTAMP,
+        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
+        _ => Type::VARCHAR,
+    }
+}
+
+fn to_response(r: StatementResult) -> PgWireResult<Response> {
+    if let Some(tag) = &r.command {
+        let mut words = tag.split(' ');
+        let first = words.next().unwrap_or("OK");
+        let rows = tag.rsplit(' ').next().and_then(|n| n.parse::<usize>().ok());
+        let t = match (first, rows) {
+            ("INSERT", Some(n)) => Tag::new("INSERT").with_oid(0).with_rows(n),
+            ("SELECT", Some(n)) => Tag::new("SELECT").with_rows(n),
+            _ => Tag::new(tag.split(" (").next().unwrap_or(tag)),
+        };
+        return Ok(Response::Execution(t));
+    }
+    let fields: Vec<FieldInfo> = r
+        .schema
+        .fields()
+        .iter()
+        .map(|f| FieldInfo::new(f.name().clone(), None, None, pg_type(f.data_type()), FieldFormat::Text))
+        .collect();
+    let fields = Arc::new(fields);
+    let rows = encode_rows(&fields, &r.batches)?;
+    Ok(Response::Query(QueryResponse::new(
+        fields,
+        futures::stream::iter(rows.into_iter().map(Ok)),
+    )))
+}
+
+fn encode_rows(
+    fields: &Arc<Vec<FieldInfo>>,
+    batches: &[RecordBatch],
+) -> PgWireResult<Vec<pgwire::messages::data::DataRow>> {
+    let opts = FormatOptions::default();
+    let mut rows = Vec::new();
+    let mut encoder = DataRowEncoder::new(fields.clone());
+    for b in batches {
+        let formatters = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| PgWireError::ApiError(Box::new(e)))?;
+        for row in 0..b.num_rows() {
+            for (col, f) in b.columns().iter().zip(&formatters) {
+                let value: Option<String> = if col.is_null(row) {
+                    None
+                } else if col.data_type() == &DataType::Boolean {
+                    Some(if f.value(row).to_string() == "true" { "t" } else { "f" }.to_string())
+                } else {
+                    Some(f.value(row).to_string())
+                };
+                encoder.encode_field(&value)?;
+            }
+            rows.push(encoder.take_row());
+        }
+    }
+    Ok(rows)
+}
+
+pub async fn run_serve(args: ServeArgs) -> CliResult {
+    let password = match args.password.clone() {
+        Some(p) if !p.is_empty() => p,
+        _ => {
+            return Err(
+                "tierdb serve needs a password: set TIERDB_PASSWORD (or --password); clients \
+                 log in with it as --user (default tierdb)"
+                    .into(),
+            );
+        }
+    };
+    let listener = TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let (engine, handle) = open_engine(&args.db, &args.kv, &args.engine).await?;
+    let handlers = Arc::new(Handlers {
+        engine: Arc::new(engine),
+        credentials: Arc::new(Credentials {
+            user: args.user.clone(),
+            password,
+        }),
+    });
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| args.listen.clone(), |a| a.to_string());
+    println!(
+        "tierdb serving {} on {addr} (psql -h {} -p {} -U {})",
+        args.db,
+        addr.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h),
+        addr.rsplit_once(':').map_or("5433", |(_, p)| p),
+        args.user
+    );
+    let serve = async {
+        loop {
+            let (socket, peer) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            };
+            let handlers = handlers.clone();
+            tokio::spawn(async move {
+                if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                    tracing::info!(%peer, error = %e, "connection ended with an error");
+                }
+            });
+        }
+    };
+    tokio::select! {
+        () = serve => {}
+        _ = tokio::signal::ctrl_c() => println!("shutting down"),
+    }
+    handle.close().await
+}
