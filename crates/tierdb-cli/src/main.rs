@@ -156,7 +156,7 @@ struct BenchOltpArgs {
     cache_bytes: ByteSize,
     /// Device tier directory (default: a temporary directory).
     #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
     #[arg(long, default_value = "16MiB")]
     memtable_bytes: ByteSize,
     /// Contestants, comma-separated: a, b, c, raw.
@@ -199,10 +199,10 @@ enum DebugCommand {
 
 /// Cache tier settings shared by the store commands.
 #[derive(Args, Debug, Clone)]
-struct TierArgs {
+pub(crate) struct TierArgs {
     /// Directory on a fast device for the device tier and the write-back log.
     #[arg(long, env = "TIERDB_CACHE_DIR")]
-    cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
     /// Size of the device tier (0 = off), e.g. 10GiB.
     #[arg(long, default_value = "0")]
     cache_bytes: ByteSize,
@@ -221,6 +221,10 @@ struct TierArgs {
     /// Write-back: cap on data not yet uploaded (writers wait at the cap).
     #[arg(long, default_value = "256MiB")]
     dirty_bytes_max: ByteSize,
+    /// A read run longer than this bypasses the caches (default 1MiB; SQL commands cache
+    /// everything unless this is given, since segment scans are the hot data).
+    #[arg(long)]
+    pub(crate) sequential_cutoff: Option<ByteSize>,
     #[command(flatten)]
     s3: S3Args,
 }
@@ -252,7 +256,7 @@ struct BenchCacheArgs {
     cache_bytes: ByteSize,
     /// Device tier directory (default: a temporary directory).
     #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    pub(crate) cache_dir: Option<PathBuf>,
     #[arg(long, default_value = "lfu")]
     eviction: Eviction,
     /// Zipf skew.
@@ -295,6 +299,9 @@ fn tier_options(t: &TierArgs) -> TierOptions {
         write_mode: t.write_mode,
         eviction: t.eviction,
         dirty_bytes_max: t.dirty_bytes_max.as_u64(),
+        sequential_cutoff_bytes: t
+            .sequential_cutoff
+            .map_or(TierOptions::default().sequential_cutoff_bytes, |b| b.as_u64()),
         ..TierOptions::default()
     }
 }

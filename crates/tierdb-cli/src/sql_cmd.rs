@@ -155,7 +155,7 @@ pub struct BenchSsbArgs {
 
 /// The writer of `db`, its tables and a SQL engine over them.
 pub async fn open_engine(db: &str, kv: &KvArgs, engine: &EngineArgs) -> CliResult<(SqlEngine, Handle)> {
-    let (store, path) = open_store(db, &kv.tiers).await?;
+    let (store, path) = open_store(db, &analytic(&kv.tiers)).await?;
     let kvdb = Arc::new(
         KvDb::open(store, &path, db, &kv.options())
             .await
@@ -167,7 +167,7 @@ pub async fn open_engine(db: &str, kv: &KvArgs, engine: &EngineArgs) -> CliResul
 }
 
 async fn open_follower(db: &str, kv: &KvArgs, engine: &EngineArgs) -> CliResult<(SqlEngine, Handle)> {
-    let (store, path) = open_store(db, &kv.tiers).await?;
+    let (store, path) = open_store(db, &analytic(&kv.tiers)).await?;
     let replica = Arc::new(
         KvReplica::open_unpinned(store, &path, db, kv.poll_interval.into())
             .await
@@ -176,6 +176,16 @@ async fn open_follower(db: &str, kv: &KvArgs, engine: &EngineArgs) -> CliResult<
     let tables = Arc::new(Tables::reader(replica.clone(), &path));
     let engine = SqlEngine::new(tables, &engine.options()).map_err(|e| e.to_string())?;
     Ok((engine, Handle::Reader(replica)))
+}
+
+/// Tier options for SQL: scans of immutable segments are the data worth caching, so no
+/// sequential cutoff unless one is given.
+fn analytic(tiers: &crate::TierArgs) -> crate::TierArgs {
+    let mut t = tiers.clone();
+    if t.sequential_cutoff.is_none() {
+        t.sequential_cutoff = Some(ByteSize(u64::MAX));
+    }
+    t
 }
 
 /// What to close at the end.
