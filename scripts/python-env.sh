@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates the Python environment for the tierdb package and its ZODB tests in
-# ~/.cache/tierdb/venv (pip: ZODB, zodburi, ZConfig, pytest, maturin) and builds the
+# ~/.cache/tierdb/venv (pip: ZODB, zodburi, ZConfig, pytest, maturin, and DuckDB for the SQL
+# comparison) and builds the
 # package into it with maturin. Prints the venv's python path last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +9,7 @@ VENV=${TIERDB_VENV:-$HOME/.cache/tierdb/venv}
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/pip" install -q --disable-pip-version-check "ZODB[test]>=6" zodburi ZConfig zope.testing manuel pytest "maturin>=1.5,<2"
+"$VENV/bin/pip" install -q --disable-pip-version-check "ZODB[test]>=6" zodburi ZConfig zope.testing manuel pytest "maturin>=1.5,<2" duckdb
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
 (cd python && VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" maturin develop -q)
 echo "$VENV/bin/python"

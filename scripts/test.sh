@@ -35,6 +35,16 @@ ROOT=$(pwd)
 echo "== tierdb zodb import/verify/pack/stats and the pickle reference reader (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_tools.py")
+echo "== SQL: tierdb sql/import/serve (psql) on a local directory and MinIO; SSB answers vs DuckDB at SF 0.1"
+if ! command -v psql >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-client >/dev/null \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-client >/dev/null; }
+  fi
+  command -v psql >/dev/null || { echo "error: psql is needed for the pgwire test; install postgresql-client" >&2; exit 1; }
+fi
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 1500 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_sql.py")
 echo "== ZODB blob suites and IExternalGC (zope.testrunner) on a local directory, MinIO and FileStorage"
 # The doctests check that a committed blob file cannot be opened for writing, which root
 # (CAP_DAC_OVERRIDE) always can: as root, run them with every capability dropped.

@@ -112,6 +112,13 @@ pub enum SsbCommand {
         #[arg(long, default_value_t = 2)]
         chunks: usize,
     },
+    /// Print the 13 queries (`-- Q1.1` lines, then the statement and `;`).
+    Queries,
+    /// Print the CREATE TABLE statements (with --sorted: with tierdb's sort keys).
+    Schema {
+        #[arg(long)]
+        sorted: bool,
+    },
     /// Create the SSB tables in DB and import DIR's files into them.
     Load {
         db: String,
@@ -438,6 +445,18 @@ pub async fn run_import(args: ImportArgs) -> CliResult {
 
 pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
     match cmd {
+        SsbCommand::Queries => {
+            for (name, sql) in ssb::QUERIES {
+                println!("-- {name}\n{sql};");
+            }
+            Ok(())
+        }
+        SsbCommand::Schema { sorted } => {
+            for (_, sql) in ssb::ddl(sorted) {
+                println!("{sql};");
+            }
+            Ok(())
+        }
         SsbCommand::Generate { sf, dir, chunks } => {
             let progress = Arc::new(ssb::GenProgress::default());
             let bar = ProgressBar::new(0);

@@ -1,0 +1,160 @@
+"""The columnar side from the outside: `tierdb sql`, `tierdb import` (good and malformed
+files), `tierdb serve` with psql (password, errors, the server staying up), on a local
+directory and on MinIO (TIERDB_TEST_S3_URL, set by scripts/test.sh), and the SSB answers
+against DuckDB's at SF 0.1 (python/bench/ssb_compare.py --check-only).
+
+Needs the `tierdb` binary: TIERDB_BIN, else the debug build in CARGO_TARGET_DIR."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/tierdb/target"))
+BIN = os.environ.get("TIERDB_BIN", os.path.join(TARGET, "debug", "tierdb"))
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tierdb(*args, ok=True, timeout=600, **kw):
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=timeout, **kw)
+    if ok:
+        assert p.returncode == 0, "tierdb %s failed:\n%s\n%s" % (args, p.stdout, p.stderr)
+    return p
+
+
+def backends():
+    out = ["local"]
+    if os.environ.get("TIERDB_TEST_S3_URL"):
+        out.append("minio")
+    return out
+
+
+@pytest.fixture(params=backends())
+def db(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path / "db")
+    return os.environ["TIERDB_TEST_S3_URL"].rstrip("/") + "/sql-" + uuid.uuid4().hex[:8]
+
+
+def sql(db, statements, *extra, ok=True):
+    return tierdb("sql", db, "--create", "--format", "csv", "-c", statements, *extra, ok=ok)
+
+
+def test_sql_statements_and_errors(db):
+    sql(db, "CREATE TABLE t (k INT NOT NULL, name VARCHAR) ORDER BY (k);"
+            "INSERT INTO t VALUES (2, 'b'), (1, 'a')")
+    assert sql(db, "SELECT k, name FROM t").stdout.splitlines() == ["k,name", "1,a", "2,b"]
+    p = tierdb("sql", db, "--format", "json", "-c", "SELECT count(*) AS n FROM t")
+    assert p.stdout.strip() == '[{"n":2}]'
+    # -c is parsed whole first: a syntax error names its position and nothing runs.
+    p = sql(db, "INSERT INTO t VALUES (3, 'c'); SELEC 1", ok=False)
+    assert p.returncode == 1 and "SELEC at Line: 1, Column: 32" in p.stderr, p.stderr
+    assert sql(db, "SELECT count(*) FROM t").stdout.splitlines()[1] == "2"
+    for bad, message in [
+        ("SELECT * FROM nosuch", "nosuch' not found"),
+        ("SELECT nosuch FROM t", "No field named nosuch"),
+        ("INSERT INTO t VALUES ('x', 'y')", "Cannot cast string 'x'"),
+        ("CREATE TABLE t (a INT)", "table t already exists"),
+    ]:
+        p = sql(db, bad, ok=False)
+        assert p.returncode == 1 and message in p.stderr, (bad, p.stderr)
+    # The shell reads statements from standard input and goes on after an error.
+    p = subprocess.run([BIN, "sql", db, "--format", "csv"], input="SELECT 1 AS one;\nSELEC;\nSELECT 2 AS two;\n",
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "one\n1" in p.stdout and "two\n2" in p.stdout, p.stdout + p.stderr
+
+
+def test_import_good_and_malformed_files(db, tmp_path):
+    sql(db, "CREATE TABLE s (k INT NOT NULL, name VARCHAR NOT NULL, d DATE) ORDER BY (k)")
+    good = tmp_path / "s.tbl"
+    good.write_text("".join(f"{(i * 37) % 1000}|n{i}|2024-02-{i % 28 + 1:02d}|\n" for i in range(1000)))
+    p = tierdb("import", db, "s", good)
+    assert "imported 1000 rows" in p.stdout and "rows/s" in p.stdout and "MB/s" in p.stdout, p.stdout
+    cases = {
+        "columns.tbl": (b"1|a|\n", "columns.tbl:2: 2 fields, the table has 3 columns"),
+        "number.tbl": (b"1x|a|2024-01-01|\n", 'number.tbl:2: column k: "1x" is not an INT'),
+        "date.tbl": (b"1|a|2024-02-30|\n", 'date.tbl:2: column d: "2024-02-30" is not a date'),
+        "utf8.tbl": (b"1|\xff|2024-01-01|\n", "utf8.tbl:2: column name: invalid UTF-8"),
+        "truncated.tbl": (b"1|a", "truncated.tbl:2: 2 fields, the table has 3 columns"),
+    }
+    for name, (tail, message) in cases.items():
+        f = tmp_path / name
+        f.write_bytes(b"5|ok|2024-01-01|\n" + tail)
+        p = tierdb("import", db, "s", f, "--max-rejects", "0", "--rejects", tmp_path / "r.txt", ok=False)
+        assert p.returncode == 1, p.stdout
+        assert message in p.stderr and "nothing was imported" in p.stderr, (name, p.stderr)
+        assert sql(db, "SELECT count(*) FROM s").stdout.splitlines()[1] == "1000", name
+    p = tierdb("import", db, "nosuch", good, ok=False)
+    assert p.returncode == 1 and "table nosuch does not exist" in p.stderr, p.stderr
+    p = tierdb("import", db, "s", tmp_path / "missing.csv", ok=False)
+    assert p.returncode == 1 and "missing.csv" in p.stderr, p.stderr
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def psql(port, query, password="s3cret", user="tierdb"):
+    env = dict(os.environ, PGPASSWORD=password, PGCONNECT_TIMEOUT="10")
+    return subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", user, "-d", "tierdb",
+                           "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", query],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed (scripts/test.sh installs it)")
+def test_serve_speaks_postgres(db):
+    sql(db, "CREATE TABLE p (k INT NOT NULL, v VARCHAR) ; INSERT INTO p VALUES (1, 'one'), (2, NULL)")
+    port = free_port()
+    env = dict(os.environ, TIERDB_PASSWORD="s3cret")
+    server = subprocess.Popen([BIN, "serve", db, "--listen", f"127.0.0.1:{port}"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read()
+                assert time.time() < deadline, "server did not start"
+                time.sleep(0.2)
+        p = psql(port, "SELECT k, v FROM p ORDER BY k")
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines() == ["1|one", "2|"], p.stdout
+        p = psql(port, "SELECT 1", password="wrong")
+        assert p.returncode != 0 and "password authentication failed" in p.stderr.lower(), p.stderr
+        p = psql(port, "SELECT 1", user="mallory")
+        assert p.returncode != 0, p.stderr
+        p = psql(port, "SELEC 1")
+        assert p.returncode != 0 and "Line: 1, Column: 1" in p.stderr, p.stderr
+        p = psql(port, "SELECT * FROM nosuch")
+        assert p.returncode != 0 and "nosuch" in p.stderr, p.stderr
+        p = psql(port, "INSERT INTO p VALUES (3, 'three')")
+        assert p.returncode == 0 and "INSERT 0 1" in p.stdout + p.stderr, p.stdout + p.stderr
+        p = psql(port, "SELECT count(*) FROM p")
+        assert p.stdout.strip() == "3", p.stdout + p.stderr
+        assert server.poll() is None, "the server stays up"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    p = tierdb("serve", db, "--listen", "127.0.0.1:0", ok=False, env={k: v for k, v in os.environ.items() if k != "TIERDB_PASSWORD"})
+    assert p.returncode == 1 and "needs a password" in p.stderr, p.stderr
+
+
+def test_ssb_answers_match_duckdb(tmp_path):
+    pytest.importorskip("duckdb")
+    data = Path(os.environ.get("TIERDB_SSB_DATA", tmp_path / "ssb-data"))
+    p = subprocess.run([sys.executable, ROOT / "python/bench/ssb_compare.py", "--tierdb", BIN, "--sf", "0.1",
+                        "--data", data, "--work", tmp_path / "work", "--threads", "2", "--check-only",
+                        "--out", tmp_path / "out"], capture_output=True, text=True, timeout=1200)
+    print(p.stdout[-4000:])
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    assert "13 of 13 answers match DuckDB's" in p.stdout
