@@ -301,7 +301,9 @@ fn tier_options(t: &TierArgs) -> TierOptions {
         dirty_bytes_max: t.dirty_bytes_max.as_u64(),
         sequential_cutoff_bytes: t
             .sequential_cutoff
-            .map_or(TierOptions::default().sequential_cutoff_bytes, |b| b.as_u64()),
+            .map_or(TierOptions::default().sequential_cutoff_bytes, |b| {
+                b.as_u64()
+            }),
         ..TierOptions::default()
     }
 }

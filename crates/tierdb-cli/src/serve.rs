@@ -14,7 +14,9 @@ use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::Sink;
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::sasl::scram::{ScramAuth, gen_salted_password};
-use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler};
+use pgwire::api::auth::{
+    AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
 use pgwire::api::query::SimpleQueryHandler;
 use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::{ClientInfo, PgWireServerHandlers, Type};
@@ -176,7 +178,15 @@ fn to_response(r: StatementResult) -> PgWireResult<Response> {
         .schema
         .fields()
         .iter()
-        .map(|f| FieldInfo::new(f.name().clone(), None, None, pg_type(f.data_type()), FieldFormat::Text))
+        .map(|f| {
+            FieldInfo::new(
+                f.name().clone(),
+                None,
+                None,
+                pg_type(f.data_type()),
+                FieldFormat::Text,
+            )
+        })
         .collect();
     let fields = Arc::new(fields);
     let rows = encode_rows(&fields, &r.batches)?;
@@ -205,7 +215,14 @@ fn encode_rows(
                 let value: Option<String> = if col.is_null(row) {
                     None
                 } else if col.data_type() == &DataType::Boolean {
-                    Some(if f.value(row).to_string() == "true" { "t" } else { "f" }.to_string())
+                    Some(
+                        if f.value(row).to_string() == "true" {
+                            "t"
+                        } else {
+                            "f"
+                        }
+                        .to_string(),
+                    )
                 } else {
                     Some(f.value(row).to_string())
                 };

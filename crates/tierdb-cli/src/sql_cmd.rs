@@ -120,17 +120,20 @@ pub enum SsbCommand {
         sorted: bool,
     },
     /// Create the SSB tables in DB and import DIR's files into them.
-    Load {
-        db: String,
-        dir: PathBuf,
-        /// No sort keys (rows stay in file order): the "loaded unsorted" case.
-        #[arg(long)]
-        unsorted: bool,
-        #[command(flatten)]
-        engine: EngineArgs,
-        #[command(flatten)]
-        kv: KvArgs,
-    },
+    Load(Box<SsbLoadArgs>),
+}
+
+#[derive(Args, Debug)]
+pub struct SsbLoadArgs {
+    pub db: String,
+    pub dir: PathBuf,
+    /// No sort keys (rows stay in file order): the "loaded unsorted" case.
+    #[arg(long)]
+    pub unsorted: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
 }
 
 #[derive(Args, Debug)]
@@ -161,7 +164,11 @@ pub struct BenchSsbArgs {
 }
 
 /// The writer of `db`, its tables and a SQL engine over them.
-pub async fn open_engine(db: &str, kv: &KvArgs, engine: &EngineArgs) -> CliResult<(SqlEngine, Handle)> {
+pub async fn open_engine(
+    db: &str,
+    kv: &KvArgs,
+    engine: &EngineArgs,
+) -> CliResult<(SqlEngine, Handle)> {
     let (store, path) = open_store(db, &analytic(&kv.tiers)).await?;
     let kvdb = Arc::new(
         KvDb::open(store, &path, db, &kv.options())
@@ -173,7 +180,11 @@ pub async fn open_engine(db: &str, kv: &KvArgs, engine: &EngineArgs) -> CliResul
     Ok((engine, Handle::Writer(kvdb)))
 }
 
-async fn open_follower(db: &str, kv: &KvArgs, engine: &EngineArgs) -> CliResult<(SqlEngine, Handle)> {
+async fn open_follower(
+    db: &str,
+    kv: &KvArgs,
+    engine: &EngineArgs,
+) -> CliResult<(SqlEngine, Handle)> {
     let (store, path) = open_store(db, &analytic(&kv.tiers)).await?;
     let replica = Arc::new(
         KvReplica::open_unpinned(store, &path, db, kv.poll_interval.into())
@@ -247,18 +258,31 @@ async fn run_script(engine: &SqlEngine, sql: &str, format: OutputFormat) -> CliR
 async fn shell(engine: &SqlEngine, format: OutputFormat) -> CliResult {
     let interactive = std::io::stdin().is_terminal();
     if interactive {
-        println!("tierdb SQL shell on {}. End statements with ;  Quit with \\q or Ctrl-D.", engine.tables().name());
+        println!(
+            "tierdb SQL shell on {}. End statements with ;  Quit with \\q or Ctrl-D.",
+            engine.tables().name()
+        );
     }
     let stdin = std::io::stdin();
     let mut buf = String::new();
     let mut failed = false;
     loop {
         if interactive {
-            print!("{}", if buf.trim().is_empty() { "tierdb> " } else { "   ...> " });
+            print!(
+                "{}",
+                if buf.trim().is_empty() {
+                    "tierdb> "
+                } else {
+                    "   ...> "
+                }
+            );
             let _ = std::io::stdout().flush();
         }
         let mut line = String::new();
-        let n = stdin.lock().read_line(&mut line).map_err(|e| e.to_string())?;
+        let n = stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
         if n == 0 {
             break;
         }
@@ -300,7 +324,12 @@ pub fn print_result(r: &StatementResult, format: OutputFormat) -> CliResult {
             let text = datafusion::arrow::util::pretty::pretty_format_batches(&r.batches)
                 .map_err(|e| e.to_string())?;
             if r.batches.is_empty() {
-                let names: Vec<_> = r.schema.fields().iter().map(|f| f.name().as_str()).collect();
+                let names: Vec<_> = r
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect();
                 writeln!(out, "{}", names.join(" | ")).map_err(|e| e.to_string())?;
             } else {
                 writeln!(out, "{text}").map_err(|e| e.to_string())?;
@@ -343,7 +372,11 @@ fn import_options(args: &ImportArgs, threads: usize) -> CliResult<ImportOptions>
     let delimiter = match args.delimiter {
         None => None,
         Some(c) if c.is_ascii() => Some(c as u8),
-        Some(c) => return Err(format!("--delimiter {c:?}: must be a single ASCII character")),
+        Some(c) => {
+            return Err(format!(
+                "--delimiter {c:?}: must be a single ASCII character"
+            ));
+        }
     };
     Ok(ImportOptions {
         format,
@@ -497,13 +530,14 @@ pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
             );
             Ok(())
         }
-        SsbCommand::Load {
-            db,
-            dir,
-            unsorted,
-            engine: eargs,
-            kv,
-        } => {
+        SsbCommand::Load(args) => {
+            let SsbLoadArgs {
+                db,
+                dir,
+                unsorted,
+                engine: eargs,
+                kv,
+            } = *args;
             let files = ssb::files_in(&dir).map_err(|e| e.to_string())?;
             let (engine, handle) = open_engine(&db, &kv, &eargs).await?;
             let threads = eargs.options().threads;
@@ -535,7 +569,11 @@ pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
                 }
                 println!(
                     "SSB loaded{}: {} rows, {} in {:.2} s: {:.0} rows/s, {:.1} MB/s",
-                    if unsorted { " (unsorted)" } else { " (sorted on ingest)" },
+                    if unsorted {
+                        " (unsorted)"
+                    } else {
+                        " (sorted on ingest)"
+                    },
                     total.0,
                     ByteSize(total.1),
                     total.2.as_secs_f64(),
@@ -569,7 +607,9 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
     let selected: Vec<(&str, &str)> = ssb::QUERIES
         .iter()
         .copied()
-        .filter(|(n, _)| args.queries.is_empty() || args.queries.iter().any(|q| q.eq_ignore_ascii_case(n)))
+        .filter(|(n, _)| {
+            args.queries.is_empty() || args.queries.iter().any(|q| q.eq_ignore_ascii_case(n))
+        })
         .collect();
     if selected.is_empty() {
         return Err(format!(
@@ -626,7 +666,8 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
         "{:<6} {:>10} {:>6} {:>14} {:>14} {:>12}",
         "query", "seconds", "rows", "bytes read", "from capacity", "segments"
     );
-    let mut csv = String::from("query,seconds,rows,bytes_read,capacity_bytes,segments,segments_skipped\n");
+    let mut csv =
+        String::from("query,seconds,rows,bytes_read,capacity_bytes,segments,segments_skipped\n");
     for r in &results {
         println!(
             "{:<6} {:>10.4} {:>6} {:>14} {:>14} {:>5} of {:<5}",
@@ -640,7 +681,13 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
         );
         csv.push_str(&format!(
             "{},{:.6},{},{},{},{},{}\n",
-            r.name, r.seconds, r.rows, r.bytes_read, r.capacity_bytes, r.segments, r.segments_skipped
+            r.name,
+            r.seconds,
+            r.rows,
+            r.bytes_read,
+            r.capacity_bytes,
+            r.segments,
+            r.segments_skipped
         ));
     }
     let total: f64 = results.iter().map(|r| r.seconds).sum();
@@ -654,7 +701,12 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
     Ok(())
 }
 
-async fn run_query(engine: &SqlEngine, name: &str, sql: &str, answers: &mut String) -> CliResult<QueryRun> {
+async fn run_query(
+    engine: &SqlEngine,
+    name: &str,
+    sql: &str,
+    answers: &mut String,
+) -> CliResult<QueryRun> {
     let tier_before = engine.tables().store_stats();
     let (_, bytes_before) = engine.tables().df_store().counters().snapshot();
     let scan_before = engine.scan_counters().snapshot();

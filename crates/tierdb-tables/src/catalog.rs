@@ -334,8 +334,10 @@ impl CatalogBatch {
     }
 
     pub fn set_next_id(&mut self, next: u64) {
-        self.batch
-            .put(Bytes::from_static(COUNTER_KEY), Bytes::copy_from_slice(&next.to_be_bytes()));
+        self.batch.put(
+            Bytes::from_static(COUNTER_KEY),
+            Bytes::copy_from_slice(&next.to_be_bytes()),
+        );
     }
 }
 

@@ -55,7 +55,9 @@ impl DfStore {
     }
 
     fn count(&self, requests: u64, bytes: u64) {
-        self.counters.requests.fetch_add(requests, Ordering::Relaxed);
+        self.counters
+            .requests
+            .fetch_add(requests, Ordering::Relaxed);
         self.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 }
@@ -96,9 +98,7 @@ fn range14(r: os13::GetRange) -> os14::GetRange {
 fn err13(e: os14::Error) -> os13::Error {
     match e {
         os14::Error::NotFound { path, source } => os13::Error::NotFound { path, source },
-        os14::Error::AlreadyExists { path, source } => {
-            os13::Error::AlreadyExists { path, source }
-        }
+        os14::Error::AlreadyExists { path, source } => os13::Error::AlreadyExists { path, source },
         os14::Error::Precondition { path, source } => os13::Error::Precondition { path, source },
         os14::Error::NotModified { path, source } => os13::Error::NotModified { path, source },
         other => os13::Error::Generic {
@@ -195,7 +195,11 @@ impl os13::ObjectStore for DfStore {
         })
     }
 
-    async fn get_ranges(&self, location: &Path13, ranges: &[Range<u64>]) -> os13::Result<Vec<Bytes>> {
+    async fn get_ranges(
+        &self,
+        location: &Path13,
+        ranges: &[Range<u64>],
+    ) -> os13::Result<Vec<Bytes>> {
         let out = self
             .inner
             .get_ranges(&path14(location), ranges)
@@ -271,7 +275,10 @@ mod tests {
     async fn reads_and_counts_through_the_adapter() {
         let inner = Arc::new(os14::memory::InMemory::new());
         inner
-            .put(&Path14::from("t/a"), Bytes::from_static(b"hello world").into())
+            .put(
+                &Path14::from("t/a"),
+                Bytes::from_static(b"hello world").into(),
+            )
             .await
             .unwrap();
         let s = DfStore::new(inner);
@@ -280,7 +287,11 @@ mod tests {
         assert_eq!(s.head(&p).await.unwrap().size, 11);
         let parts = s.get_ranges(&p, &[0..1, 2..4]).await.unwrap();
         assert_eq!(parts.len(), 2);
-        let listed: Vec<_> = s.list(Some(&Path13::from("t"))).try_collect().await.unwrap();
+        let listed: Vec<_> = s
+            .list(Some(&Path13::from("t")))
+            .try_collect()
+            .await
+            .unwrap();
         assert_eq!(listed.len(), 1);
         let e = s.head(&Path13::from("t/missing")).await.unwrap_err();
         assert!(matches!(e, os13::Error::NotFound { .. }), "{e}");

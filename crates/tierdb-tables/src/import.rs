@@ -17,17 +17,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{
-    Array, ArrayBuilder, ArrayRef, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder,
-    Int32Builder, Int64Builder, RecordBatch, StringBuilder,
+    Array, ArrayBuilder, ArrayRef, BooleanBuilder, Date32Builder, Decimal128Builder,
+    Float64Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::cast_utils::parse_decimal;
 use datafusion::arrow::datatypes::{Decimal128Type, SchemaRef};
 use datafusion::error::DataFusionError;
 use datafusion::execution::TaskContext;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parking_lot::Mutex;
 
 use crate::catalog::{ColumnType, TableDef};
@@ -154,7 +154,10 @@ pub async fn import(
     }
     progress.bytes_total.store(total, Ordering::Relaxed);
     let schema = def.schema();
-    let rejects = Arc::new(Rejects::new(options.reject_file.clone(), options.max_rejects));
+    let rejects = Arc::new(Rejects::new(
+        options.reject_file.clone(),
+        options.max_rejects,
+    ));
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, DataFusionError>>(8);
     let reader = {
         let def = def.clone();
@@ -166,8 +169,8 @@ pub async fn import(
             .spawn(move || read_all(&def, &plans, &options, &rejects, &progress, &tx))
             .map_err(TableError::Io)?
     };
-    let input: Arc<dyn datafusion::physical_plan::ExecutionPlan> = Arc::new(
-        StreamingTableExec::try_new(
+    let input: Arc<dyn datafusion::physical_plan::ExecutionPlan> =
+        Arc::new(StreamingTableExec::try_new(
             schema.clone(),
             vec![Arc::new(ChannelPartition {
                 schema: schema.clone(),
@@ -177,8 +180,7 @@ pub async fn import(
             Vec::new(),
             false,
             None,
-        )?,
-    );
+        )?);
     let plan = sorted_plan(&def, input)?;
     let written = progress.clone();
     let result = write_plan(&tables, &def, plan, ctx, &move |n| {
@@ -345,14 +347,12 @@ fn read_all(
     result
 }
 
-fn read_parquet(
-    def: &TableDef,
-    path: &Path,
-    progress: &ImportProgress,
-    tx: &Sender,
-) -> Result<()> {
+fn read_parquet(def: &TableDef, path: &Path, progress: &ImportProgress, tx: &Sender) -> Result<()> {
     let bad = |e: &dyn std::fmt::Display| {
-        TableError::Import(format!("{}: not a readable Parquet file: {e}", path.display()))
+        TableError::Import(format!(
+            "{}: not a readable Parquet file: {e}",
+            path.display()
+        ))
     };
     let file = File::open(path)?;
     let len = file.metadata()?.len();
@@ -569,8 +569,7 @@ impl Col {
             ColumnType::Utf8 => Col::Str(StringBuilder::with_capacity(n, n * 16)),
             ColumnType::Date32 => Col::Date(Date32Builder::with_capacity(n)),
             ColumnType::Decimal { precision, scale } => Col::Dec(
-                Decimal128Builder::with_capacity(n)
-                    .with_precision_and_scale(precision, scale)?,
+                Decimal128Builder::with_capacity(n).with_precision_and_scale(precision, scale)?,
                 precision,
                 scale,
             ),
@@ -666,12 +665,8 @@ impl Col {
                 _ => return Err(format!("{s:?} is not a boolean")),
             }),
             Col::I32(b) => b.append_value(t.parse().map_err(|_| format!("{s:?} is not an INT"))?),
-            Col::I64(b) => {
-                b.append_value(t.parse().map_err(|_| format!("{s:?} is not a BIGINT"))?)
-            }
-            Col::F64(b) => {
-                b.append_value(t.parse().map_err(|_| format!("{s:?} is not a number"))?)
-            }
+            Col::I64(b) => b.append_value(t.parse().map_err(|_| format!("{s:?} is not a BIGINT"))?),
+            Col::F64(b) => b.append_value(t.parse().map_err(|_| format!("{s:?} is not a number"))?),
             Col::Str(b) => b.append_value(s),
             Col::Date(b) => {
                 let d = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
@@ -747,7 +742,10 @@ fn parse_chunk(
                     cols[i].push_null();
                     continue;
                 }
-                bad = Some((i, format!("column {}: empty value for a NOT NULL column", c.name)));
+                bad = Some((
+                    i,
+                    format!("column {}: empty value for a NOT NULL column", c.name),
+                ));
                 break;
             }
             if let Err(why) = cols[i].push(s) {

@@ -57,7 +57,7 @@ impl OptimizerRule for JoinReorder {
                 _ => return Ok(Transformed::no(plan)),
             }
         }
-        let info: Vec<(f64, f64)> = leaves.iter().map(|p| estimate(p)).collect();
+        let info: Vec<(f64, f64)> = leaves.iter().map(estimate).collect();
         let Some(order) = choose_order(&info, &pairs) else {
             return Ok(Transformed::no(plan));
         };

@@ -12,9 +12,9 @@ use datafusion::arrow::array::{ArrayRef, BooleanArray, UInt64Array};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{SchemaProvider, Session};
 use datafusion::common::pruning::PruningStatistics;
+use datafusion::common::stats::ColumnStatistics;
 use datafusion::common::stats::Precision;
 use datafusion::common::{Column, DFSchema, ScalarValue, Statistics};
-use datafusion::common::stats::ColumnStatistics;
 use datafusion::datasource::TableProvider;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
@@ -26,8 +26,8 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use parking_lot::RwLock;
 
 use crate::catalog::{SegmentMeta, TableDef};
@@ -265,9 +265,10 @@ impl TableProvider for TierTable {
             .zip(&keep)
             .filter_map(|(s, k)| k.then_some(s))
             .collect();
-        kept.sort_by(|a, b| b.bytes.cmp(&a.bytes));
-        let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
-            (0..partitions.min(kept.len().max(1))).map(|_| (0, Vec::new())).collect();
+        kept.sort_by_key(|s| std::cmp::Reverse(s.bytes));
+        let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..partitions.min(kept.len().max(1)))
+            .map(|_| (0, Vec::new()))
+            .collect();
         for seg in kept {
             if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
                 g.0 += seg.bytes;
@@ -383,7 +384,13 @@ impl TierSchema {
     }
 
     pub async fn refresh(&self) -> crate::Result<()> {
-        let names = self.tables.tables().await?.into_iter().map(|t| t.name).collect();
+        let names = self
+            .tables
+            .tables()
+            .await?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
         *self.names.write() = names;
         Ok(())
     }

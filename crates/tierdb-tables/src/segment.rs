@@ -10,10 +10,10 @@ use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
 use datafusion::logical_expr::Accumulator;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::{Compression, ZstdLevel};
-use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
 use datafusion::parquet::file::metadata::SortingColumn;
-use object_store::{ObjectStore, ObjectStoreExt};
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
 use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::catalog::{ColumnStats, SegmentMeta, StatValue, TableDef};
 use crate::error::{Result, TableError};

@@ -16,7 +16,9 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, OneOrManyWithParens, Statement as SqlStatement};
+use datafusion::sql::sqlparser::ast::{
+    Expr as SqlExpr, OneOrManyWithParens, Statement as SqlStatement,
+};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 
 use crate::catalog::{ColumnDef, ColumnType};
@@ -154,7 +156,9 @@ impl SqlEngine {
 
     /// Splits `sql` into statements; a syntax error names the line and column.
     pub fn parse(&self, sql: &str) -> Result<Vec<DfStatement>> {
-        Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?.into_iter().collect())
+        Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?
+            .into_iter()
+            .collect())
     }
 
     /// Runs every statement of `sql` in order, stopping at the first error.

@@ -95,19 +95,58 @@ pub fn ddl(sorted: bool) -> Vec<(String, String)> {
 
 /// The 13 queries, as the specification states them (with `date` for DATE).
 pub const QUERIES: [(&str, &str); 13] = [
-    ("Q1.1", "SELECT sum(lo_extendedprice * lo_discount) AS revenue FROM lineorder, date WHERE lo_orderdate = d_datekey AND d_year = 1993 AND lo_discount BETWEEN 1 AND 3 AND lo_quantity < 25"),
-    ("Q1.2", "SELECT sum(lo_extendedprice * lo_discount) AS revenue FROM lineorder, date WHERE lo_orderdate = d_datekey AND d_yearmonthnum = 199401 AND lo_discount BETWEEN 4 AND 6 AND lo_quantity BETWEEN 26 AND 35"),
-    ("Q1.3", "SELECT sum(lo_extendedprice * lo_discount) AS revenue FROM lineorder, date WHERE lo_orderdate = d_datekey AND d_weeknuminyear = 6 AND d_year = 1994 AND lo_discount BETWEEN 5 AND 7 AND lo_quantity BETWEEN 26 AND 35"),
-    ("Q2.1", "SELECT sum(lo_revenue) AS revenue, d_year, p_brand1 FROM lineorder, date, part, supplier WHERE lo_orderdate = d_datekey AND lo_partkey = p_partkey AND lo_suppkey = s_suppkey AND p_category = 'MFGR#12' AND s_region = 'AMERICA' GROUP BY d_year, p_brand1 ORDER BY d_year, p_brand1"),
-    ("Q2.2", "SELECT sum(lo_revenue) AS revenue, d_year, p_brand1 FROM lineorder, date, part, supplier WHERE lo_orderdate = d_datekey AND lo_partkey = p_partkey AND lo_suppkey = s_suppkey AND p_brand1 BETWEEN 'MFGR#2221' AND 'MFGR#2228' AND s_region = 'ASIA' GROUP BY d_year, p_brand1 ORDER BY d_year, p_brand1"),
-    ("Q2.3", "SELECT sum(lo_revenue) AS revenue, d_year, p_brand1 FROM lineorder, date, part, supplier WHERE lo_orderdate = d_datekey AND lo_partkey = p_partkey AND lo_suppkey = s_suppkey AND p_brand1 = 'MFGR#2239' AND s_region = 'EUROPE' GROUP BY d_year, p_brand1 ORDER BY d_year, p_brand1"),
-    ("Q3.1", "SELECT c_nation, s_nation, d_year, sum(lo_revenue) AS revenue FROM customer, lineorder, supplier, date WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_orderdate = d_datekey AND c_region = 'ASIA' AND s_region = 'ASIA' AND d_year >= 1992 AND d_year <= 1997 GROUP BY c_nation, s_nation, d_year ORDER BY d_year ASC, revenue DESC"),
-    ("Q3.2", "SELECT c_city, s_city, d_year, sum(lo_revenue) AS revenue FROM customer, lineorder, supplier, date WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_orderdate = d_datekey AND c_nation = 'UNITED STATES' AND s_nation = 'UNITED STATES' AND d_year >= 1992 AND d_year <= 1997 GROUP BY c_city, s_city, d_year ORDER BY d_year ASC, revenue DESC"),
-    ("Q3.3", "SELECT c_city, s_city, d_year, sum(lo_revenue) AS revenue FROM customer, lineorder, supplier, date WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_orderdate = d_datekey AND (c_city = 'UNITED KI1' OR c_city = 'UNITED KI5') AND (s_city = 'UNITED KI1' OR s_city = 'UNITED KI5') AND d_year >= 1992 AND d_year <= 1997 GROUP BY c_city, s_city, d_year ORDER BY d_year ASC, revenue DESC"),
-    ("Q3.4", "SELECT c_city, s_city, d_year, sum(lo_revenue) AS revenue FROM customer, lineorder, supplier, date WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_orderdate = d_datekey AND (c_city = 'UNITED KI1' OR c_city = 'UNITED KI5') AND (s_city = 'UNITED KI1' OR s_city = 'UNITED KI5') AND d_yearmonth = 'Dec1997' GROUP BY c_city, s_city, d_year ORDER BY d_year ASC, revenue DESC"),
-    ("Q4.1", "SELECT d_year, c_nation, sum(lo_revenue - lo_supplycost) AS profit FROM date, customer, supplier, part, lineorder WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_partkey = p_partkey AND lo_orderdate = d_datekey AND c_region = 'AMERICA' AND s_region = 'AMERICA' AND (p_mfgr = 'MFGR#1' OR p_mfgr = 'MFGR#2') GROUP BY d_year, c_nation ORDER BY d_year, c_nation"),
-    ("Q4.2", "SELECT d_year, s_nation, p_category, sum(lo_revenue - lo_supplycost) AS profit FROM date, customer, supplier, part, lineorder WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_partkey = p_partkey AND lo_orderdate = d_datekey AND c_region = 'AMERICA' AND s_region = 'AMERICA' AND (d_year = 1997 OR d_year = 1998) AND (p_mfgr = 'MFGR#1' OR p_mfgr = 'MFGR#2') GROUP BY d_year, s_nation, p_category ORDER BY d_year, s_nation, p_category"),
-    ("Q4.3", "SELECT d_year, s_city, p_brand1, sum(lo_revenue - lo_supplycost) AS profit FROM date, customer, supplier, part, lineorder WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_partkey = p_partkey AND lo_orderdate = d_datekey AND s_nation = 'UNITED STATES' AND d_year >= 1997 AND d_year <= 1998 AND p_category = 'MFGR#14' GROUP BY d_year, s_city, p_brand1 ORDER BY d_year, s_city, p_brand1"),
+    (
+        "Q1.1",
+        "SELECT sum(lo_extendedprice * lo_discount) AS revenue FROM lineorder, date WHERE lo_orderdate = d_datekey AND d_year = 1993 AND lo_discount BETWEEN 1 AND 3 AND lo_quantity < 25",
+    ),
+    (
+        "Q1.2",
+        "SELECT sum(lo_extendedprice * lo_discount) AS revenue FROM lineorder, date WHERE lo_orderdate = d_datekey AND d_yearmonthnum = 199401 AND lo_discount BETWEEN 4 AND 6 AND lo_quantity BETWEEN 26 AND 35",
+    ),
+    (
+        "Q1.3",
+        "SELECT sum(lo_extendedprice * lo_discount) AS revenue FROM lineorder, date WHERE lo_orderdate = d_datekey AND d_weeknuminyear = 6 AND d_year = 1994 AND lo_discount BETWEEN 5 AND 7 AND lo_quantity BETWEEN 26 AND 35",
+    ),
+    (
+        "Q2.1",
+        "SELECT sum(lo_revenue) AS revenue, d_year, p_brand1 FROM lineorder, date, part, supplier WHERE lo_orderdate = d_datekey AND lo_partkey = p_partkey AND lo_suppkey = s_suppkey AND p_category = 'MFGR#12' AND s_region = 'AMERICA' GROUP BY d_year, p_brand1 ORDER BY d_year, p_brand1",
+    ),
+    (
+        "Q2.2",
+        "SELECT sum(lo_revenue) AS revenue, d_year, p_brand1 FROM lineorder, date, part, supplier WHERE lo_orderdate = d_datekey AND lo_partkey = p_partkey AND lo_suppkey = s_suppkey AND p_brand1 BETWEEN 'MFGR#2221' AND 'MFGR#2228' AND s_region = 'ASIA' GROUP BY d_year, p_brand1 ORDER BY d_year, p_brand1",
+    ),
+    (
+        "Q2.3",
+        "SELECT sum(lo_revenue) AS revenue, d_year, p_brand1 FROM lineorder, date, part, supplier WHERE lo_orderdate = d_datekey AND lo_partkey = p_partkey AND lo_suppkey = s_suppkey AND p_brand1 = 'MFGR#2239' AND s_region = 'EUROPE' GROUP BY d_year, p_brand1 ORDER BY d_year, p_brand1",
+    ),
+    (
+        "Q3.1",
+        "SELECT c_nation, s_nation, d_year, sum(lo_revenue) AS revenue FROM customer, lineorder, supplier, date WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_orderdate = d_datekey AND c_region = 'ASIA' AND s_region = 'ASIA' AND d_year >= 1992 AND d_year <= 1997 GROUP BY c_nation, s_nation, d_year ORDER BY d_year ASC, revenue DESC",
+    ),
+    (
+        "Q3.2",
+        "SELECT c_city, s_city, d_year, sum(lo_revenue) AS revenue FROM customer, lineorder, supplier, date WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_orderdate = d_datekey AND c_nation = 'UNITED STATES' AND s_nation = 'UNITED STATES' AND d_year >= 1992 AND d_year <= 1997 GROUP BY c_city, s_city, d_year ORDER BY d_year ASC, revenue DESC",
+    ),
+    (
+        "Q3.3",
+        "SELECT c_city, s_city, d_year, sum(lo_revenue) AS revenue FROM customer, lineorder, supplier, date WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_orderdate = d_datekey AND (c_city = 'UNITED KI1' OR c_city = 'UNITED KI5') AND (s_city = 'UNITED KI1' OR s_city = 'UNITED KI5') AND d_year >= 1992 AND d_year <= 1997 GROUP BY c_city, s_city, d_year ORDER BY d_year ASC, revenue DESC",
+    ),
+    (
+        "Q3.4",
+        "SELECT c_city, s_city, d_year, sum(lo_revenue) AS revenue FROM customer, lineorder, supplier, date WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_orderdate = d_datekey AND (c_city = 'UNITED KI1' OR c_city = 'UNITED KI5') AND (s_city = 'UNITED KI1' OR s_city = 'UNITED KI5') AND d_yearmonth = 'Dec1997' GROUP BY c_city, s_city, d_year ORDER BY d_year ASC, revenue DESC",
+    ),
+    (
+        "Q4.1",
+        "SELECT d_year, c_nation, sum(lo_revenue - lo_supplycost) AS profit FROM date, customer, supplier, part, lineorder WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_partkey = p_partkey AND lo_orderdate = d_datekey AND c_region = 'AMERICA' AND s_region = 'AMERICA' AND (p_mfgr = 'MFGR#1' OR p_mfgr = 'MFGR#2') GROUP BY d_year, c_nation ORDER BY d_year, c_nation",
+    ),
+    (
+        "Q4.2",
+        "SELECT d_year, s_nation, p_category, sum(lo_revenue - lo_supplycost) AS profit FROM date, customer, supplier, part, lineorder WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_partkey = p_partkey AND lo_orderdate = d_datekey AND c_region = 'AMERICA' AND s_region = 'AMERICA' AND (d_year = 1997 OR d_year = 1998) AND (p_mfgr = 'MFGR#1' OR p_mfgr = 'MFGR#2') GROUP BY d_year, s_nation, p_category ORDER BY d_year, s_nation, p_category",
+    ),
+    (
+        "Q4.3",
+        "SELECT d_year, s_city, p_brand1, sum(lo_revenue - lo_supplycost) AS profit FROM date, customer, supplier, part, lineorder WHERE lo_custkey = c_custkey AND lo_suppkey = s_suppkey AND lo_partkey = p_partkey AND lo_orderdate = d_datekey AND s_nation = 'UNITED STATES' AND d_year >= 1997 AND d_year <= 1998 AND p_category = 'MFGR#14' GROUP BY d_year, s_city, p_brand1 ORDER BY d_year, s_city, p_brand1",
+    ),
 ];
 
 const NATIONS: [(&str, usize); 25] = [
@@ -138,7 +177,13 @@ const NATIONS: [(&str, usize); 25] = [
     ("UNITED STATES", 1),
 ];
 const REGIONS: [&str; 5] = ["AFRICA", "AMERICA", "ASIA", "EUROPE", "MIDDLE EAST"];
-const SEGMENTS: [&str; 5] = ["AUTOMOBILE", "BUILDING", "FURNITURE", "MACHINERY", "HOUSEHOLD"];
+const SEGMENTS: [&str; 5] = [
+    "AUTOMOBILE",
+    "BUILDING",
+    "FURNITURE",
+    "MACHINERY",
+    "HOUSEHOLD",
+];
 const PRIORITIES: [&str; 5] = ["1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECI", "5-LOW"];
 const SHIPMODES: [&str; 7] = ["REG AIR", "AIR", "RAIL", "SHIP", "TRUCK", "MAIL", "FOB"];
 const TYPE1: [&str; 6] = ["STANDARD", "SMALL", "MEDIUM", "LARGE", "ECONOMY", "PROMO"];
@@ -147,23 +192,121 @@ const TYPE3: [&str; 5] = ["TIN", "NICKEL", "BRASS", "STEEL", "COPPER"];
 const CONTAINER1: [&str; 5] = ["SM", "LG", "MED", "JUMBO", "WRAP"];
 const CONTAINER2: [&str; 8] = ["CASE", "BOX", "BAG", "JAR", "PKG", "PACK", "CAN", "DRUM"];
 const COLORS: [&str; 92] = [
-    "almond", "antique", "aquamarine", "azure", "beige", "bisque", "black", "blanched", "blue",
-    "blush", "brown", "burlywood", "burnished", "chartreuse", "chiffon", "chocolate", "coral",
-    "cornflower", "cornsilk", "cream", "cyan", "dark", "deep", "dim", "dodger", "drab", "firebrick",
-    "floral", "forest", "frosted", "gainsboro", "ghost", "goldenrod", "green", "grey", "honeydew",
-    "hot", "indian", "ivory", "khaki", "lace", "lavender", "lawn", "lemon", "light", "lime", "linen",
-    "magenta", "maroon", "medium", "metallic", "midnight", "mint", "misty", "moccasin", "navajo",
-    "navy", "olive", "orange", "orchid", "pale", "papaya", "peach", "peru", "pink", "plum", "powder",
-    "puff", "purple", "red", "rose", "rosy", "royal", "saddle", "salmon", "sandy", "seashell",
-    "sienna", "sky", "slate", "smoke", "snow", "spring", "steel", "tan", "thistle", "tomato",
-    "turquoise", "violet", "wheat", "white", "yellow",
+    "almond",
+    "antique",
+    "aquamarine",
+    "azure",
+    "beige",
+    "bisque",
+    "black",
+    "blanched",
+    "blue",
+    "blush",
+    "brown",
+    "burlywood",
+    "burnished",
+    "chartreuse",
+    "chiffon",
+    "chocolate",
+    "coral",
+    "cornflower",
+    "cornsilk",
+    "cream",
+    "cyan",
+    "dark",
+    "deep",
+    "dim",
+    "dodger",
+    "drab",
+    "firebrick",
+    "floral",
+    "forest",
+    "frosted",
+    "gainsboro",
+    "ghost",
+    "goldenrod",
+    "green",
+    "grey",
+    "honeydew",
+    "hot",
+    "indian",
+    "ivory",
+    "khaki",
+    "lace",
+    "lavender",
+    "lawn",
+    "lemon",
+    "light",
+    "lime",
+    "linen",
+    "magenta",
+    "maroon",
+    "medium",
+    "metallic",
+    "midnight",
+    "mint",
+    "misty",
+    "moccasin",
+    "navajo",
+    "navy",
+    "olive",
+    "orange",
+    "orchid",
+    "pale",
+    "papaya",
+    "peach",
+    "peru",
+    "pink",
+    "plum",
+    "powder",
+    "puff",
+    "purple",
+    "red",
+    "rose",
+    "rosy",
+    "royal",
+    "saddle",
+    "salmon",
+    "sandy",
+    "seashell",
+    "sienna",
+    "sky",
+    "slate",
+    "smoke",
+    "snow",
+    "spring",
+    "steel",
+    "tan",
+    "thistle",
+    "tomato",
+    "turquoise",
+    "violet",
+    "wheat",
+    "white",
+    "yellow",
 ];
 const MONTHS: [&str; 12] = [
-    "January", "February", "March", "April", "May", "June", "July", "August", "September",
-    "October", "November", "December",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 ];
 const DAYS: [&str; 7] = [
-    "Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
 ];
 
 /// Row counts at scale factor `sf` (the specification's).
@@ -174,7 +317,10 @@ pub fn cardinalities(sf: f64) -> [(&'static str, u64); 5] {
         ("customer", (30_000.0 * sf).round().max(1.0) as u64),
         ("supplier", (2_000.0 * sf).round().max(1.0) as u64),
         ("part", parts as u64),
-        ("orders (lineorder has 1-7 lines each)", (1_500_000.0 * sf).round().max(1.0) as u64),
+        (
+            "orders (lineorder has 1-7 lines each)",
+            (1_500_000.0 * sf).round().max(1.0) as u64,
+        ),
     ]
 }
 
@@ -187,7 +333,12 @@ pub struct GenProgress {
 
 /// Writes the five tables for scale factor `sf` into `dir`, lineorder in `chunks` files
 /// generated in parallel. Returns the files written.
-pub fn generate(sf: f64, dir: &Path, chunks: usize, progress: &GenProgress) -> Result<Vec<PathBuf>> {
+pub fn generate(
+    sf: f64,
+    dir: &Path,
+    chunks: usize,
+    progress: &GenProgress,
+) -> Result<Vec<PathBuf>> {
     if !(sf > 0.0 && sf <= 10_000.0) {
         return Err(TableError::Import(format!(
             "scale factor {sf} is out of range (give a number > 0, e.g. 0.1, 1 or 10)"
@@ -210,7 +361,16 @@ pub fn generate(sf: f64, dir: &Path, chunks: usize, progress: &GenProgress) -> R
                 let start = c * per + 1;
                 let end = ((c + 1) * per).min(orders);
                 s.spawn(move || {
-                    write_lineorder(dir, c + 1, start, end, customers, suppliers, parts, progress)
+                    write_lineorder(
+                        dir,
+                        c + 1,
+                        start,
+                        end,
+                        customers,
+                        suppliers,
+                        parts,
+                        progress,
+                    )
                 })
             })
             .collect();
@@ -259,7 +419,8 @@ fn city(nation: &str, rng: &mut StdRng) -> String {
 
 fn write_date(dir: &Path) -> Result<PathBuf> {
     let (path, mut w) = create(dir, "date.tbl")?;
-    let mut d = NaiveDate::from_ymd_opt(1992, 1, 1).ok_or_else(|| TableError::Import("date".into()))?;
+    let mut d =
+        NaiveDate::from_ymd_opt(1992, 1, 1).ok_or_else(|| TableError::Import("date".into()))?;
     for _ in 0..2556 {
         let next = d.succ_opt().unwrap_or(d);
         let month = d.month() as usize;
@@ -271,7 +432,10 @@ fn write_date(dir: &Path) -> Result<PathBuf> {
             3..=5 => "Spring",
             _ => "Fall",
         };
-        let holiday = matches!((month, d.day()), (1, 1) | (7, 4) | (11, 11) | (12, 25) | (12, 31));
+        let holiday = matches!(
+            (month, d.day()),
+            (1, 1) | (7, 4) | (11, 11) | (12, 25) | (12, 31)
+        );
         writeln!(
             w,
             "{}|{} {}, {}|{}|{}|{}|{}|{}{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|",
@@ -384,7 +548,8 @@ fn write_lineorder(
 ) -> Result<PathBuf> {
     let (path, mut w) = create(dir, &format!("lineorder.tbl.{chunk}"))?;
     let mut rng = StdRng::seed_from_u64(0x5eed_0000 ^ chunk.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let start = NaiveDate::from_ymd_opt(1992, 1, 1).ok_or_else(|| TableError::Import("date".into()))?;
+    let start =
+        NaiveDate::from_ymd_opt(1992, 1, 1).ok_or_else(|| TableError::Import("date".into()))?;
     // Orders are dated up to 151 days before the end of 1998 (TPC-H's rule).
     let span = 2556 - 151;
     let datekey = |d: NaiveDate| d.year() * 10000 + d.month() as i32 * 100 + d.day() as i32;
@@ -463,7 +628,8 @@ pub fn table_of(file: &Path) -> Option<&'static str> {
 
 /// The generated files in `dir`, by table.
 pub fn files_in(dir: &Path) -> Result<Vec<(&'static str, Vec<PathBuf>)>> {
-    let mut out: Vec<(&'static str, Vec<PathBuf>)> = TABLES.iter().map(|t| (*t, Vec::new())).collect();
+    let mut out: Vec<(&'static str, Vec<PathBuf>)> =
+        TABLES.iter().map(|t| (*t, Vec::new())).collect();
     let entries = std::fs::read_dir(dir)
         .map_err(|e| TableError::Import(format!("cannot read {}: {e}", dir.display())))?;
     for e in entries {

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 use tierdb_kv::{KvDb, KvRead, KvReplica, KvWrite};
 
 use crate::catalog::{self, CatalogBatch, ColumnDef, SegmentMeta, TableDef};

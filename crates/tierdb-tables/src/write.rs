@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
-use datafusion::arrow::compute::{cast, partition};
 use datafusion::arrow::compute::SortOptions;
+use datafusion::arrow::compute::{cast, partition};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::col;
@@ -45,7 +45,10 @@ pub fn sorted_plan(def: &TableDef, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<d
         return Ok(plan);
     };
     let sort = SortExec::new(ordering.clone(), plan).with_preserve_partitioning(true);
-    Ok(Arc::new(SortPreservingMergeExec::new(ordering, Arc::new(sort))))
+    Ok(Arc::new(SortPreservingMergeExec::new(
+        ordering,
+        Arc::new(sort),
+    )))
 }
 
 /// Runs `plan` (all partitions merged) and writes its rows as segments of `def`; commits
@@ -57,10 +60,10 @@ pub async fn write_plan(
     ctx: Arc<TaskContext>,
     on_rows: &(dyn Fn(u64) + Send + Sync),
 ) -> Result<Vec<SegmentMeta>> {
-    let plan: Arc<dyn ExecutionPlan> = if plan.properties().output_partitioning().partition_count() > 1 {
-        Arc::new(
-            datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec::new(plan),
-        )
+    let plan: Arc<dyn ExecutionPlan> = if plan.properties().output_partitioning().partition_count()
+        > 1
+    {
+        Arc::new(datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec::new(plan))
     } else {
         plan
     };
@@ -126,7 +129,7 @@ impl SegmentWriter<'_> {
             // Runs of one partition-key value (the stream is sorted by it).
             let runs = match part {
                 Some(i) => partition(std::slice::from_ref(batch.column(i)))?.ranges(),
-                None => vec![0..batch.num_rows()],
+                None => std::iter::once(0..batch.num_rows()).collect(),
             };
             for run in runs {
                 let piece = batch.slice(run.start, run.len());
@@ -192,7 +195,9 @@ impl SegmentWriter<'_> {
     }
 }
 
-fn joined(r: std::result::Result<Result<SegmentMeta>, tokio::task::JoinError>) -> Result<SegmentMeta> {
+fn joined(
+    r: std::result::Result<Result<SegmentMeta>, tokio::task::JoinError>,
+) -> Result<SegmentMeta> {
     r.map_err(|e| TableError::Import(format!("segment upload task failed: {e}")))?
 }
 

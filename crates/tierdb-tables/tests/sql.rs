@@ -82,7 +82,10 @@ impl AsyncDB for Slt {
         for r in self.0.sql(sql).await? {
             last = match &r.command {
                 Some(tag) => DBOutput::StatementComplete(
-                    tag.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0),
+                    tag.rsplit(' ')
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0),
                 ),
                 None => DBOutput::Rows {
                     types: vec![DefaultColumnType::Any; r.schema.fields().len()],
@@ -147,7 +150,9 @@ async fn the_extent_map_skips_segments_before_any_file_is_opened() {
     let after = e.scan_counters().snapshot();
     assert_eq!(after[1] - before[1], 0);
     assert_eq!(with, without);
-    let expected: u64 = (0..1000u64).filter(|v| (150..250).contains(&((v * 7919) % 1000))).sum();
+    let expected: u64 = (0..1000u64)
+        .filter(|v| (150..250).contains(&((v * 7919) % 1000)))
+        .sum();
     assert_eq!(with, vec![vec!["100".to_string(), expected.to_string()]]);
 }
 
@@ -169,7 +174,10 @@ async fn no_segment_mixes_two_partition_values() {
         assert_eq!(s.rows, 100);
     }
     let before = e.scan_counters().snapshot();
-    assert_eq!(rows(&e, "SELECT count(*) FROM p WHERE region = 'EUROPE'").await, [["100"]]);
+    assert_eq!(
+        rows(&e, "SELECT count(*) FROM p WHERE region = 'EUROPE'").await,
+        [["100"]]
+    );
     let after = e.scan_counters().snapshot();
     assert_eq!(after[1] - before[1], 2);
 }
@@ -192,7 +200,11 @@ async fn star_joins_start_from_the_most_selective_dimension() {
     let q = "SELECT count(*), sum(x) FROM fact, da, db WHERE fact.a = da.a AND fact.b = db.b AND kind = 'k3'";
     let plan = rows(&e, &format!("EXPLAIN {q}")).await;
     let logical = &plan[0][1];
-    let pos = |s: &str| logical.find(s).unwrap_or_else(|| panic!("{s} in {logical}"));
+    let pos = |s: &str| {
+        logical
+            .find(s)
+            .unwrap_or_else(|| panic!("{s} in {logical}"))
+    };
     // Left-deep: the innermost join (printed last) is fact with db.
     assert!(
         pos("Inner Join: fact.b = db.b") > pos("Inner Join: fact.a = da.a"),
@@ -237,10 +249,19 @@ async fn imports_sort_on_ingest_and_cut_segments() {
     let mut tbl = String::new();
     for i in 0..2500u32 {
         let k = (i * 7919) % 2500;
-        tbl.push_str(&format!("{k}|n{k}|2024-01-{:02}|{}.{:02}|\n", k % 28 + 1, k, k % 100));
+        tbl.push_str(&format!(
+            "{k}|n{k}|2024-01-{:02}|{}.{:02}|\n",
+            k % 28 + 1,
+            k,
+            k % 100
+        ));
     }
     let a = write(dir.path(), "s.tbl", tbl.as_bytes());
-    let csv = write(dir.path(), "more.csv", b"k,name,d,amount\n5000,\"quoted, name\",,1.5\n");
+    let csv = write(
+        dir.path(),
+        "more.csv",
+        b"k,name,d,amount\n5000,\"quoted, name\",,1.5\n",
+    );
     let progress = Arc::new(ImportProgress::default());
     let summary = import(
         e.tables().clone(),
@@ -267,7 +288,11 @@ async fn imports_sort_on_ingest_and_cut_segments() {
         .collect();
     assert_eq!(ranges.len(), 3);
     assert_eq!(
-        rows(&e, "SELECT k, name, d, amount FROM s WHERE k IN (0, 2499, 5000) ORDER BY k").await,
+        rows(
+            &e,
+            "SELECT k, name, d, amount FROM s WHERE k IN (0, 2499, 5000) ORDER BY k"
+        )
+        .await,
         [
             ["0", "n0", "2024-01-01", "0.00"],
             ["2499", "n2499", "2024-01-08", "2499.99"],
@@ -284,14 +309,40 @@ async fn malformed_input_commits_nothing() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let good: String = (0..5000).map(|i| format!("{i}|n{i}|2024-02-03|\n")).collect();
+    let good: String = (0..5000)
+        .map(|i| format!("{i}|n{i}|2024-02-03|\n"))
+        .collect();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("columns.tbl", [good.as_bytes(), b"7|x|\n"].concat(), "5001: 2 fields, the table has 3 columns"),
-        ("number.tbl", [good.as_bytes(), b"12x|x|2024-01-01|\n"].concat(), "5001: column k: \"12x\" is not an INT"),
-        ("date.tbl", [good.as_bytes(), b"1|x|2024-13-01|\n"].concat(), "5001: column d: \"2024-13-01\" is not a date"),
-        ("utf8.tbl", [good.as_bytes(), b"1|\xff\xfe|2024-01-01|\n"].concat(), "5001: column name: invalid UTF-8"),
-        ("truncated.tbl", [good.as_bytes(), b"99|trunc"].concat(), "5001: 2 fields, the table has 3 columns"),
-        ("notnull.tbl", [good.as_bytes(), b"|x|2024-01-01|\n"].concat(), "5001: column k: empty value for a NOT NULL column"),
+        (
+            "columns.tbl",
+            [good.as_bytes(), b"7|x|\n"].concat(),
+            "5001: 2 fields, the table has 3 columns",
+        ),
+        (
+            "number.tbl",
+            [good.as_bytes(), b"12x|x|2024-01-01|\n"].concat(),
+            "5001: column k: \"12x\" is not an INT",
+        ),
+        (
+            "date.tbl",
+            [good.as_bytes(), b"1|x|2024-13-01|\n"].concat(),
+            "5001: column d: \"2024-13-01\" is not a date",
+        ),
+        (
+            "utf8.tbl",
+            [good.as_bytes(), b"1|\xff\xfe|2024-01-01|\n"].concat(),
+            "5001: column name: invalid UTF-8",
+        ),
+        (
+            "truncated.tbl",
+            [good.as_bytes(), b"99|trunc"].concat(),
+            "5001: 2 fields, the table has 3 columns",
+        ),
+        (
+            "notnull.tbl",
+            [good.as_bytes(), b"|x|2024-01-01|\n"].concat(),
+            "5001: column k: empty value for a NOT NULL column",
+        ),
     ];
     for (name, bytes, want) in cases {
         let f = write(dir.path(), name, &bytes);
@@ -309,7 +360,11 @@ async fn malformed_input_commits_nothing() {
         assert!(err.contains(want), "{name}: {err}");
         assert!(err.contains("nothing was imported"), "{name}: {err}");
         assert_eq!(rows(&e, "SELECT count(*) FROM s").await, [["0"]], "{name}");
-        assert_eq!(segment_files(&capacity).await, 0, "{name}: no segment file left");
+        assert_eq!(
+            segment_files(&capacity).await,
+            0,
+            "{name}: no segment file left"
+        );
     }
     // A Parquet file that is not one.
     let f = write(dir.path(), "bad.parquet", b"PAR1 this is not parquet");
@@ -352,7 +407,7 @@ async fn rejects_up_to_the_cap_go_to_the_reject_file() {
     let summary = import(
         e.tables().clone(),
         "s",
-        &[f.clone()],
+        std::slice::from_ref(&f),
         &opts,
         e.context().task_ctx(),
         Arc::new(ImportProgress::default()),
@@ -361,8 +416,14 @@ async fn rejects_up_to_the_cap_go_to_the_reject_file() {
     .unwrap();
     assert_eq!((summary.rows, summary.rejected), (3, 2));
     let rejects = std::fs::read_to_string(&opts.reject_file).unwrap();
-    assert!(rejects.contains("s.tsv:3: column k: \"x\" is not an INT"), "{rejects}");
-    assert!(rejects.contains("s.tsv:5: 1 fields, the table has 2 columns"), "{rejects}");
+    assert!(
+        rejects.contains("s.tsv:3: column k: \"x\" is not an INT"),
+        "{rejects}"
+    );
+    assert!(
+        rejects.contains("s.tsv:5: 1 fields, the table has 2 columns"),
+        "{rejects}"
+    );
     assert_eq!(rows(&e, "SELECT sum(k) FROM s").await, [["9"]]);
     // One more reject than allowed: nothing of the second import is committed.
     let err = import(
