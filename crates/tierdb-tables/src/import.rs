@@ -157,6 +157,7 @@ pub async fn import(
     let rejects = Arc::new(Rejects::new(
         options.reject_file.clone(),
         options.max_rejects,
+        progress.clone(),
     ));
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, DataFusionError>>(8);
     let reader = {
@@ -262,15 +263,17 @@ struct Rejects {
     max: u64,
     count: AtomicU64,
     out: Mutex<Option<BufWriter<File>>>,
+    progress: Arc<ImportProgress>,
 }
 
 impl Rejects {
-    fn new(path: PathBuf, max: u64) -> Self {
+    fn new(path: PathBuf, max: u64, progress: Arc<ImportProgress>) -> Self {
         Rejects {
             path,
             max,
             count: AtomicU64::new(0),
             out: Mutex::new(None),
+            progress,
         }
     }
 
@@ -281,6 +284,7 @@ impl Rejects {
     /// Records one bad row; fails once there are more than `max`.
     fn reject(&self, file: &Path, line: u64, reason: &str, raw: &[u8]) -> Result<()> {
         let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        self.progress.rows_rejected.fetch_add(1, Ordering::Relaxed);
         {
             let mut out = self.out.lock();
             if out.is_none() {
@@ -380,8 +384,6 @@ fn read_parquet(def: &TableDef, path: &Path, progress: &ImportProgress, tx: &Sen
     }
     let schema = def.schema();
     let reader = builder.with_batch_size(8192).build().map_err(|e| bad(&e))?;
-    let rows_total = 0u64;
-    let _ = rows_total;
     for batch in reader {
         let batch = batch.map_err(|e| bad(&e))?;
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(indices.len());

@@ -272,10 +272,13 @@ impl TableProvider for TierTable {
         for seg in kept {
             if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
                 g.0 += seg.bytes;
-                g.1.push(
-                    PartitionedFile::new(seg.path.clone(), seg.bytes)
-                        .with_statistics(Arc::new(self.segment_statistics(seg))),
-                );
+                let mut file = PartitionedFile::new(seg.path.clone(), seg.bytes);
+                // The extent map also lets DataFusion skip whole segments at run time
+                // (dynamic filters from hash joins); not when elimination is off.
+                if self.options.extent_elimination {
+                    file = file.with_statistics(Arc::new(self.segment_statistics(seg)));
+                }
+                g.1.push(file);
             }
         }
         let mut source = ParquetSource::new(self.schema.clone())
