@@ -3,7 +3,10 @@
 //! intermediate results of unselective joins come first. This rule flattens a tree of inner
 //! equi-joins and rebuilds it left-deep: the largest input (the fact table, by catalog row
 //! counts) first, then, among the inputs connected to what is joined so far, the most
-//! selective first (estimated from the filters on it), the smaller table on ties.
+//! selective first (estimated from the filters on it), the smaller table on ties. Each new
+//! input goes on the build (left) side of its hash join, the fact rows on the probe side:
+//! the classic star join, where every dimension's hash table is built before the fact
+//! table streams through them and its keys prune the fact scan (dynamic filters).
 //!
 //! Selectivity is estimated per conjunct: `col = literal` 0.1, `IN (n values)` 0.1·n,
 //! `LIKE` 0.25, a range or BETWEEN 0.5, an OR the sum of its sides, anything else 0.5.
@@ -46,7 +49,7 @@ impl OptimizerRule for JoinReorder {
         let mut leaves = Vec::new();
         let mut edges = Vec::new();
         flatten(&plan, &mut leaves, &mut edges);
-        if leaves.len() < 3 {
+        if leaves.len() < 2 {
             return Ok(Transformed::no(plan));
         }
         // Each side of each condition must belong to exactly one input.
@@ -61,7 +64,8 @@ impl OptimizerRule for JoinReorder {
         let Some(order) = choose_order(&info, &pairs) else {
             return Ok(Transformed::no(plan));
         };
-        if order.iter().copied().eq(0..leaves.len()) {
+        // Already built by this rule: the last input joined is the leftmost leaf.
+        if order.iter().copied().eq((0..leaves.len()).rev()) {
             return Ok(Transformed::no(plan));
         }
         // Rebuild left-deep in the chosen order, then restore the original column order.
@@ -80,10 +84,13 @@ impl OptimizerRule for JoinReorder {
                     rk.push(eb.clone());
                 }
             }
-            builder = builder.join_with_expr_keys(
-                leaves[next].clone(),
+            // The new input on the left: hash joins build on their left, so each
+            // (filtered, small) dimension becomes a hash table the fact rows stream through,
+            // and its keys become a dynamic filter on the fact table's scan.
+            builder = LogicalPlanBuilder::from(leaves[next].clone()).join_with_expr_keys(
+                builder.build()?,
                 JoinType::Inner,
-                (lk, rk),
+                (rk, lk),
                 None,
             )?;
             joined.insert(next);

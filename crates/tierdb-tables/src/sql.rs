@@ -96,6 +96,10 @@ impl SqlEngine {
         let config = SessionConfig::new()
             .with_target_partitions(options.threads.max(1))
             .with_information_schema(true)
+            // Hash joins collect their (build) left side once instead of repartitioning both
+            // sides by key: with the join order below, the left sides are the filtered
+            // dimensions and the fact table streams through without a shuffle.
+            .with_repartition_joins(false)
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(CATALOG, SCHEMA);
         let mut disk = DiskManagerBuilder::default();
