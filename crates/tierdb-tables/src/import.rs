@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{
-    Array, ArrayBuilder, ArrayRef, BooleanBuilder, Date32Builder, Decimal128Builder,
-    Float64Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
+    ArrayRef, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder, Int32Builder,
+    Int64Builder, RecordBatch, StringBuilder,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::cast_utils::parse_decimal;
@@ -550,6 +550,18 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
+/// One parsed field.
+enum Value<'a> {
+    Null,
+    Bool(bool),
+    I32(i32),
+    I64(i64),
+    F64(f64),
+    Str(&'a str),
+    Date(i32),
+    Dec(i128),
+}
+
 /// Column builders for one chunk.
 enum Col {
     Bool(BooleanBuilder),
@@ -578,113 +590,52 @@ impl Col {
         })
     }
 
-    fn len(&self) -> usize {
-        match self {
-            Col::Bool(b) => b.len(),
-            Col::I32(b) => b.len(),
-            Col::I64(b) => b.len(),
-            Col::F64(b) => b.len(),
-            Col::Str(b) => b.len(),
-            Col::Date(b) => b.len(),
-            Col::Dec(b, _, _) => b.len(),
-        }
-    }
-
-    /// Rolls back to `len` values (a row that failed half way).
-    fn truncate(&mut self, len: usize) {
-        // Arrow builders cannot pop; rebuild only in the rare failing case.
-        while self.len() > len {
-            let rebuilt = match self {
-                Col::Bool(b) => {
-                    let a = b.finish();
-                    let mut nb = BooleanBuilder::with_capacity(a.len());
-                    nb.extend(a.iter().take(len));
-                    Col::Bool(nb)
-                }
-                Col::I32(b) => {
-                    let a = b.finish();
-                    let mut nb = Int32Builder::with_capacity(a.len());
-                    nb.extend(a.iter().take(len));
-                    Col::I32(nb)
-                }
-                Col::I64(b) => {
-                    let a = b.finish();
-                    let mut nb = Int64Builder::with_capacity(a.len());
-                    nb.extend(a.iter().take(len));
-                    Col::I64(nb)
-                }
-                Col::F64(b) => {
-                    let a = b.finish();
-                    let mut nb = Float64Builder::with_capacity(a.len());
-                    nb.extend(a.iter().take(len));
-                    Col::F64(nb)
-                }
-                Col::Str(b) => {
-                    let a = b.finish();
-                    let mut nb = StringBuilder::with_capacity(a.len(), 1024);
-                    nb.extend(a.iter().take(len));
-                    Col::Str(nb)
-                }
-                Col::Date(b) => {
-                    let a = b.finish();
-                    let mut nb = Date32Builder::with_capacity(a.len());
-                    nb.extend(a.iter().take(len));
-                    Col::Date(nb)
-                }
-                Col::Dec(b, p, s) => {
-                    let a = b.finish();
-                    let mut nb = Decimal128Builder::with_capacity(a.len());
-                    nb.extend(a.iter().take(len));
-                    match nb.with_precision_and_scale(*p, *s) {
-                        Ok(nb) => Col::Dec(nb, *p, *s),
-                        Err(_) => return,
-                    }
-                }
-            };
-            *self = rebuilt;
-        }
-    }
-
-    fn push_null(&mut self) {
-        match self {
-            Col::Bool(b) => b.append_null(),
-            Col::I32(b) => b.append_null(),
-            Col::I64(b) => b.append_null(),
-            Col::F64(b) => b.append_null(),
-            Col::Str(b) => b.append_null(),
-            Col::Date(b) => b.append_null(),
-            Col::Dec(b, _, _) => b.append_null(),
-        }
-    }
-
-    /// Parses and appends `s`; the error says why it is not a value of the column's type.
-    fn push(&mut self, s: &str) -> std::result::Result<(), String> {
+    /// Parses `s` as a value of this column; the error says why it is not one. Nothing is
+    /// appended, so a row is appended only once all its fields parsed.
+    fn parse<'a>(&self, s: &'a str) -> std::result::Result<Value<'a>, String> {
         let t = s.trim();
-        match self {
-            Col::Bool(b) => b.append_value(match t.to_ascii_lowercase().as_str() {
+        Ok(match self {
+            Col::Bool(_) => Value::Bool(match t.to_ascii_lowercase().as_str() {
                 "true" | "t" | "1" | "yes" | "y" => true,
                 "false" | "f" | "0" | "no" | "n" => false,
                 _ => return Err(format!("{s:?} is not a boolean")),
             }),
-            Col::I32(b) => b.append_value(t.parse().map_err(|_| format!("{s:?} is not an INT"))?),
-            Col::I64(b) => b.append_value(t.parse().map_err(|_| format!("{s:?} is not a BIGINT"))?),
-            Col::F64(b) => b.append_value(t.parse().map_err(|_| format!("{s:?} is not a number"))?),
-            Col::Str(b) => b.append_value(s),
-            Col::Date(b) => {
+            Col::I32(_) => Value::I32(t.parse().map_err(|_| format!("{s:?} is not an INT"))?),
+            Col::I64(_) => Value::I64(t.parse().map_err(|_| format!("{s:?} is not a BIGINT"))?),
+            Col::F64(_) => Value::F64(t.parse().map_err(|_| format!("{s:?} is not a number"))?),
+            Col::Str(_) => Value::Str(s),
+            Col::Date(_) => {
                 let d = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
                     .map_err(|_| format!("{s:?} is not a date (YYYY-MM-DD)"))?;
-                let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1)
-                    .ok_or_else(|| "no epoch".to_string())?;
-                let days = i32::try_from((d - epoch).num_days())
+                let days = i32::try_from((d - chrono::NaiveDate::default()).num_days())
                     .map_err(|_| format!("{s:?} is out of range"))?;
-                b.append_value(days)
+                Value::Date(days)
             }
-            Col::Dec(b, p, sc) => b.append_value(
+            Col::Dec(_, p, sc) => Value::Dec(
                 parse_decimal::<Decimal128Type>(t, *p, *sc)
                     .map_err(|_| format!("{s:?} is not a DECIMAL({p},{sc})"))?,
             ),
+        })
+    }
+
+    /// Appends a value `parse` returned for this column (or `Null`).
+    fn append(&mut self, v: &Value<'_>) {
+        match (self, v) {
+            (Col::Bool(b), Value::Bool(x)) => b.append_value(*x),
+            (Col::I32(b), Value::I32(x)) => b.append_value(*x),
+            (Col::I64(b), Value::I64(x)) => b.append_value(*x),
+            (Col::F64(b), Value::F64(x)) => b.append_value(*x),
+            (Col::Str(b), Value::Str(x)) => b.append_value(x),
+            (Col::Date(b), Value::Date(x)) => b.append_value(*x),
+            (Col::Dec(b, _, _), Value::Dec(x)) => b.append_value(*x),
+            (Col::Bool(b), _) => b.append_null(),
+            (Col::I32(b), _) => b.append_null(),
+            (Col::I64(b), _) => b.append_null(),
+            (Col::F64(b), _) => b.append_null(),
+            (Col::Str(b), _) => b.append_null(),
+            (Col::Date(b), _) => b.append_null(),
+            (Col::Dec(b, _, _), _) => b.append_null(),
         }
-        Ok(())
     }
 
     fn finish(&mut self) -> ArrayRef {
@@ -714,7 +665,7 @@ fn parse_chunk(
         .map(|c| Col::new(c.ty, n))
         .collect::<Result<Vec<_>>>()?;
     let want = def.columns.len();
-    let mut rows = 0usize;
+    let mut row: Vec<Value<'_>> = Vec::with_capacity(want);
     for (record, &line) in chunk.records.iter().zip(&chunk.lines) {
         let mut fields = record.len();
         // dbgen ends every line with the delimiter: an empty last field is that terminator.
@@ -732,37 +683,41 @@ fn parse_chunk(
             )?;
             continue;
         }
+        row.clear();
         let mut bad = None;
         for (i, c) in def.columns.iter().enumerate() {
             let bytes = record.get(i).unwrap_or_default();
             let Ok(s) = std::str::from_utf8(bytes) else {
-                bad = Some((i, format!("column {}: invalid UTF-8", c.name)));
+                bad = Some(format!("column {}: invalid UTF-8", c.name));
                 break;
             };
-            if s.is_empty() && c.ty != ColumnType::Utf8 || (s.is_empty() && c.nullable) {
-                if c.nullable {
-                    cols[i].push_null();
-                    continue;
+            // Empty is NULL, except in a NOT NULL text column (an empty string).
+            if s.is_empty() && (c.nullable || c.ty != ColumnType::Utf8) {
+                if !c.nullable {
+                    bad = Some(format!(
+                        "column {}: empty value for a NOT NULL column",
+                        c.name
+                    ));
+                    break;
                 }
-                bad = Some((
-                    i,
-                    format!("column {}: empty value for a NOT NULL column", c.name),
-                ));
-                break;
+                row.push(Value::Null);
+                continue;
             }
-            if let Err(why) = cols[i].push(s) {
-                bad = Some((i, format!("column {}: {why}", c.name)));
-                break;
+            match cols[i].parse(s) {
+                Ok(v) => row.push(v),
+                Err(why) => {
+                    bad = Some(format!("column {}: {why}", c.name));
+                    break;
+                }
             }
         }
         match bad {
-            None => rows += 1,
-            Some((filled, reason)) => {
-                for col in cols.iter_mut().take(filled) {
-                    col.truncate(rows);
+            None => {
+                for (col, v) in cols.iter_mut().zip(&row) {
+                    col.append(v);
                 }
-                rejects.reject(path, line, &reason, &raw())?;
             }
+            Some(reason) => rejects.reject(path, line, &reason, &raw())?,
         }
     }
     let arrays: Vec<ArrayRef> = cols.iter_mut().map(Col::finish).collect();
