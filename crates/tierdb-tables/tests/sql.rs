@@ -15,7 +15,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
 use tierdb_kv::{KvDb, KvOptions};
 use tierdb_store::{TierOptions, TieredStore};
-use tierdb_tables::import::{ImportOptions, ImportProgress, import};
+use tierdb_tables::import::{ImportOptions, ImportProgress, ImportSummary, import};
 use tierdb_tables::provider::ScanOptions;
 use tierdb_tables::{EngineOptions, SqlEngine, TableError, Tables};
 
@@ -233,6 +233,25 @@ fn import_options(dir: &Path, max_rejects: u64) -> ImportOptions {
     }
 }
 
+/// Imports `files` into `table` with the default options and a cap of `max_rejects`.
+async fn import_into(
+    e: &SqlEngine,
+    table: &str,
+    files: &[PathBuf],
+    dir: &Path,
+    max_rejects: u64,
+) -> Result<ImportSummary, TableError> {
+    import(
+        e.tables().clone(),
+        table,
+        files,
+        &import_options(dir, max_rejects),
+        e.context().task_ctx(),
+        Arc::new(ImportProgress::default()),
+    )
+    .await
+}
+
 async fn segment_files(capacity: &InMemory) -> usize {
     let all: Vec<_> = capacity.list(None).try_collect().await.unwrap();
     all.iter()
@@ -347,17 +366,10 @@ async fn malformed_input_commits_nothing() {
     ];
     for (name, bytes, want) in cases {
         let f = write(dir.path(), name, &bytes);
-        let err = import(
-            e.tables().clone(),
-            "s",
-            &[f],
-            &import_options(dir.path(), 0),
-            e.context().task_ctx(),
-            Arc::new(ImportProgress::default()),
-        )
-        .await
-        .unwrap_err()
-        .to_string();
+        let err = import_into(&e, "s", &[f], dir.path(), 0)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(want), "{name}: {err}");
         assert!(err.contains("nothing was imported"), "{name}: {err}");
         assert_eq!(rows(&e, "SELECT count(*) FROM s").await, [["0"]], "{name}");
@@ -369,30 +381,16 @@ async fn malformed_input_commits_nothing() {
     }
     // A Parquet file that is not one.
     let f = write(dir.path(), "bad.parquet", b"PAR1 this is not parquet");
-    let err = import(
-        e.tables().clone(),
-        "s",
-        &[f],
-        &import_options(dir.path(), 0),
-        e.context().task_ctx(),
-        Arc::new(ImportProgress::default()),
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let err = import_into(&e, "s", &[f], dir.path(), 0)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("not a readable Parquet file"), "{err}");
     // Unknown table.
     let f = write(dir.path(), "ok.tbl", b"1|a|2024-01-01|\n");
-    let err = import(
-        e.tables().clone(),
-        "nosuch",
-        &[f],
-        &import_options(dir.path(), 0),
-        e.context().task_ctx(),
-        Arc::new(ImportProgress::default()),
-    )
-    .await
-    .unwrap_err();
+    let err = import_into(&e, "nosuch", &[f], dir.path(), 0)
+        .await
+        .unwrap_err();
     assert!(matches!(err, TableError::NoTable(_)), "{err}");
 }
 
@@ -405,16 +403,9 @@ async fn rejects_up_to_the_cap_go_to_the_reject_file() {
     let dir = tempfile::tempdir().unwrap();
     let f = write(dir.path(), "s.tsv", b"k\tname\n1\ta\nx\tb\n3\tc\n4\n5\te\n");
     let opts = import_options(dir.path(), 2);
-    let summary = import(
-        e.tables().clone(),
-        "s",
-        std::slice::from_ref(&f),
-        &opts,
-        e.context().task_ctx(),
-        Arc::new(ImportProgress::default()),
-    )
-    .await
-    .unwrap();
+    let summary = import_into(&e, "s", std::slice::from_ref(&f), dir.path(), 2)
+        .await
+        .unwrap();
     assert_eq!((summary.rows, summary.rejected), (3, 2));
     let rejects = std::fs::read_to_string(&opts.reject_file).unwrap();
     assert!(
@@ -427,17 +418,10 @@ async fn rejects_up_to_the_cap_go_to_the_reject_file() {
     );
     assert_eq!(rows(&e, "SELECT sum(k) FROM s").await, [["9"]]);
     // One more reject than allowed: nothing of the second import is committed.
-    let err = import(
-        e.tables().clone(),
-        "s",
-        &[f],
-        &import_options(dir.path(), 1),
-        e.context().task_ctx(),
-        Arc::new(ImportProgress::default()),
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let err = import_into(&e, "s", &[f], dir.path(), 1)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("more than --max-rejects 1"), "{err}");
     assert_eq!(rows(&e, "SELECT count(*) FROM s").await, [["3"]]);
 }
