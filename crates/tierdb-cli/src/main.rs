@@ -119,6 +119,18 @@ enum StoreCommand {
         #[command(flatten)]
         tiers: TierArgs,
     },
+    /// Rewrite a damaged write-back log so the store opens again: keeps every readable
+    /// record, prints the byte ranges it dropped (those writes are lost unless already
+    /// uploaded) and moves the damaged segment files aside unchanged. Run it only after an
+    /// open failed with "write-back log ... is damaged" and the device cannot be restored.
+    SalvageLog {
+        /// The cache directory whose write-back log is damaged.
+        #[arg(long)]
+        cache_dir: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -433,6 +445,43 @@ async fn run_store(cmd: StoreCommand) -> CliResult {
                 .await
                 .map_err(|e| format!("cannot delete {key}: {e}"))?;
             close(&store).await
+        }
+        StoreCommand::SalvageLog { cache_dir, json } => {
+            let report = tierdb_store::salvage_write_back_log(&cache_dir).map_err(|e| {
+                format!(
+                    "cannot salvage the write-back log in {}: {e}",
+                    cache_dir.display()
+                )
+            })?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+                );
+                return Ok(());
+            }
+            println!(
+                "segments: {}  records kept: {}  segments rewritten: {}  ranges dropped: {}",
+                report.segments,
+                report.records_kept,
+                report.segments_rewritten,
+                report.dropped.len()
+            );
+            for d in &report.dropped {
+                println!(
+                    "dropped {} bytes at byte {} of {}: {}",
+                    d.bytes,
+                    d.offset,
+                    d.segment.display(),
+                    d.reason
+                );
+            }
+            if let Some(dir) = &report.damaged_dir {
+                println!("damaged originals kept in {}", dir.display());
+            } else {
+                println!("the log is undamaged; nothing was changed");
+            }
+            Ok(())
         }
     }
 }

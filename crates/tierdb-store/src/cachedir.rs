@@ -39,6 +39,14 @@ impl CacheDir {
 
     /// Creates or opens `root` for the capacity store named `capacity_url`.
     pub fn open(root: &FsPath, capacity_url: &str) -> Result<Self> {
+        let dir = Self::lock(root)?;
+        dir.claim(capacity_url)?;
+        Ok(dir)
+    }
+
+    /// Creates or opens `root` and takes its lock, without claiming it for a store (for
+    /// maintenance such as [`crate::salvage_write_back_log`]).
+    pub fn lock(root: &FsPath) -> Result<Self> {
         std::fs::create_dir_all(root).map_err(|e| {
             Error::io(
                 "cannot create cache directory (check permissions or choose another --cache-dir)",
@@ -64,12 +72,10 @@ impl CacheDir {
                 return Err(Error::io("cannot lock", &lock_path, e));
             }
         }
-        let dir = Self {
+        Ok(Self {
             root: root.to_path_buf(),
             lock: parking_lot::Mutex::new(Some(lock)),
-        };
-        dir.claim(capacity_url)?;
-        Ok(dir)
+        })
     }
 
     /// Unlocks the directory (at close), so another store in this or another process may

@@ -78,8 +78,9 @@ pub enum Error {
     /// A write-back log record is damaged somewhere other than the unacknowledged tail.
     #[error(
         "write-back log {segment} is damaged at byte {offset}: {reason}; it may hold acknowledged \
-         writes that are not yet in the capacity store, so tierdb will not open it. Restore the \
-         device, or move {segment} aside to discard its writes"
+         writes that are not yet in the capacity store, so tierdb will not open it and has changed \
+         nothing. Restore the device if you can; otherwise `tierdb store salvage-log --cache-dir DIR` \
+         keeps every readable record, reports what it drops and moves the damaged file aside"
     )]
     LogCorrupt {
         segment: PathBuf,
@@ -120,6 +121,15 @@ pub enum Error {
     )]
     Fenced { path: String, reason: String },
 
+    /// Stored bytes do not match the checksum written with them: a byte changed in the
+    /// capacity store, a cache tier or on the way. Never served as data.
+    #[error(
+        "stored object {object} is damaged: {reason}; its bytes changed after they were \
+         written (bit rot, a damaged disk or cache device, or another program); restore it \
+         from a copy or the object store's redundancy"
+    )]
+    ChecksumMismatch { object: String, reason: String },
+
     /// A foyer cache operation failed.
     #[error("cache: {0}")]
     Cache(String),
@@ -148,7 +158,7 @@ impl Error {
                 _ => ErrorKind::Retry,
             },
             Error::Io { .. } | Error::UploadFailing { .. } | Error::Cache(_) => ErrorKind::Retry,
-            Error::LogCorrupt { .. } => ErrorKind::Data,
+            Error::LogCorrupt { .. } | Error::ChecksumMismatch { .. } => ErrorKind::Data,
             Error::LogPoisoned { .. } | Error::Closed | Error::Fenced { .. } => ErrorKind::Poisoned,
         }
     }

@@ -40,7 +40,7 @@
 pub use capacity::{
     CapacityOptions, S3Options, StoreUrl, check_reachable, describe_store_error, open_capacity,
 };
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, STORE_NAME};
 pub use fault::{FaultConfig, FaultStore};
 pub use options::{Eviction, TierOptions, WriteMode};
 pub use readcache::admission::{AdmissionPolicy, AdmitAll, SequentialCutoff};
@@ -48,6 +48,19 @@ pub use stats::{
     CapacityStats, DeviceStats, DramStats, STATS_FILE, SavedStats, TierStats, WriteBackStats,
 };
 pub use tiered::TieredStore;
+pub use wblog::recovery::{DroppedRange, SalvageReport};
+
+/// Salvages the damaged write-back log of the cache directory `cache_dir` (which no process
+/// may be using: its lock is taken): keeps every readable record, drops and reports the
+/// unreadable byte ranges, and moves the damaged segment files aside unchanged. Run it only
+/// after opening failed with [`Error::LogCorrupt`] and the device cannot be restored: writes
+/// in the dropped ranges that were not yet uploaded are lost. See `wblog::recovery`.
+pub fn salvage_write_back_log(cache_dir: &std::path::Path) -> Result<SalvageReport> {
+    let dir = cachedir::CacheDir::lock(cache_dir)?;
+    let report = wblog::recovery::salvage(&dir.wblog_dir());
+    dir.release();
+    report
+}
 
 mod cachedir;
 pub mod capacity;
@@ -57,5 +70,6 @@ mod meta;
 pub mod options;
 pub mod readcache;
 pub mod stats;
+pub mod testpoint;
 mod tiered;
 mod wblog;

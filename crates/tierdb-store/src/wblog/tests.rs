@@ -149,6 +149,101 @@ async fn torn_tail_is_cut_and_earlier_records_kept() {
     );
 }
 
+/// The operator's bad day of issue 10: acknowledged records sit in the newest (and only)
+/// segment because the capacity store is down, and one payload byte in the middle flips.
+/// Opening refuses and changes nothing; salvage keeps every other record, moves the damaged
+/// file aside and reports the one range it dropped.
+#[tokio::test]
+async fn a_flip_in_the_newest_segment_with_records_after_it_refuses_to_open_and_salvages() {
+    let dir = tempfile::tempdir().unwrap();
+    let wblog = dir.path().join("wblog");
+    let capacity = broken(Arc::new(InMemory::new()));
+    let log = WbLog::open(&wblog, options(), capacity.clone(), noop()).unwrap();
+    for i in 0..40u8 {
+        log.put(
+            &Path::from(format!("p{i:02}")),
+            vec![Bytes::from(vec![i; 100])],
+        )
+        .await
+        .unwrap();
+    }
+    drop(log);
+    let segments = list_segments(&wblog).unwrap();
+    assert_eq!(segments.len(), 1);
+    let seg = segment_path(&wblog, segments[0]);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let record = bytes.len() / 40;
+    bytes[20 * record + record - 10] ^= 0x01; // a payload byte of record 20 (p20)
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let err = WbLog::open(&wblog, options(), capacity.clone(), noop()).unwrap_err();
+    assert!(matches!(err, Error::LogCorrupt { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("CRC mismatch") && text.contains("not a torn tail"),
+        "{text}"
+    );
+    assert!(
+        text.contains("salvage-log"),
+        "points to the salvage command: {text}"
+    );
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes, "nothing is rewritten");
+
+    let report = recovery::salvage(&wblog).unwrap();
+    assert_eq!(report.records_kept, 39);
+    assert_eq!(report.segments_rewritten, 1);
+    assert_eq!(report.dropped.len(), 1, "{report:?}");
+    assert_eq!(report.dropped[0].offset, 20 * record as u64);
+    assert_eq!(report.dropped[0].bytes, record as u64);
+    let aside = report
+        .damaged_dir
+        .clone()
+        .unwrap()
+        .join(seg.file_name().unwrap());
+    assert_eq!(
+        std::fs::read(&aside).unwrap(),
+        bytes,
+        "the original is kept aside"
+    );
+
+    let log = WbLog::open(&wblog, options(), capacity, noop()).unwrap();
+    for i in 0..40u8 {
+        let got = read_all(&log, &Path::from(format!("p{i:02}"))).await;
+        if i == 20 {
+            assert!(got.is_none());
+        } else {
+            assert_eq!(got.unwrap(), Bytes::from(vec![i; 100]), "p{i:02}");
+        }
+    }
+}
+
+/// A flip in the last record, with nothing valid after it, is indistinguishable from a torn
+/// append: that record was never acknowledged, so it is cut and the rest opens.
+#[tokio::test]
+async fn a_bad_last_record_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity = broken(Arc::new(InMemory::new()));
+    let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
+    for i in 0..3u8 {
+        log.put(
+            &Path::from(format!("p{i}")),
+            vec![Bytes::from(vec![i; 100])],
+        )
+        .await
+        .unwrap();
+    }
+    drop(log);
+    let seg = segment_path(dir.path(), list_segments(dir.path()).unwrap()[0]);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let n = bytes.len();
+    bytes[n - 1] ^= 0x80;
+    std::fs::write(&seg, &bytes).unwrap();
+    let log = WbLog::open(dir.path(), options(), capacity, noop()).unwrap();
+    assert!(read_all(&log, &Path::from("p1")).await.is_some());
+    assert!(log.lookup(&Path::from("p2")).is_none());
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), (n / 3 * 2) as u64);
+}
+
 #[tokio::test]
 async fn damage_before_the_newest_segment_refuses_to_open() {
     let dir = tempfile::tempdir().unwrap();
