@@ -313,7 +313,7 @@ fn kv_open_of_another_format_version_is_refused() {
     )
     .unwrap();
     let out = tierdb(&["kv", "put", dir.to_str().unwrap(), "k", "v"], &[]);
-    assert_clear_error(&out, &["format version 7", "reads version 1"]);
+    assert_clear_error(&out, &["format version 7", "reads version 2"]);
     assert_eq!(files(tmp.path()).len(), 1, "nothing written");
 }
 
@@ -367,7 +367,7 @@ fn kv_round_trip_clone_and_info() {
     assert_clear_error(&out, &["key \"a\" not found", clone]);
     let info = run(&["info", clone]);
     assert!(
-        info.contains("clone of") && info.contains("tierdb-kv v1"),
+        info.contains("clone of") && info.contains("tierdb-kv v2"),
         "{info}"
     );
     let out = tierdb(&["clone", db, clone], &[]);

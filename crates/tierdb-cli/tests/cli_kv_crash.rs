@@ -99,22 +99,6 @@ async fn crash_and_recover(db: &str, mode: WriteMode) {
     check(&root, &path, no_cache, &acked).await;
 }
 
-fn minio(name: &str) -> Option<String> {
-    let Ok(base) = std::env::var("TIERDB_TEST_S3_URL") else {
-        assert!(
-            std::env::var("TIERDB_REQUIRE_MINIO").is_err(),
-            "TIERDB_REQUIRE_MINIO set but no TIERDB_TEST_S3_URL"
-        );
-        eprintln!("TIERDB_TEST_S3_URL not set: MinIO crash test skipped (scripts/test.sh runs it)");
-        return None;
-    };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    Some(format!("{base}/{name}-{nanos}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loses_no_acknowledged_commit_write_through_local() {
     let dir = tempfile::tempdir().unwrap();
@@ -137,14 +121,14 @@ async fn sigkill_loses_no_acknowledged_commit_write_back_local() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loses_no_acknowledged_commit_write_through_minio() {
-    if let Some(db) = minio("kv-crash-wt") {
+    if let Some(db) = common::minio("kv-crash-wt") {
         crash_and_recover(&db, WriteMode::WriteThrough).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loses_no_acknowledged_commit_write_back_minio() {
-    if let Some(db) = minio("kv-crash-wb") {
+    if let Some(db) = common::minio("kv-crash-wb") {
         crash_and_recover(&db, WriteMode::WriteBack).await;
     }
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use object_store::ObjectStore;
 use object_store::path::Path;
 use slatedb::config::{DurabilityLevel, ReadOptions, ScanOptions, WriteOptions};
 use slatedb::{Db, DbIterator, DbReadOps, DbReader, DbReaderMode, DbSnapshot};
@@ -153,8 +152,8 @@ pub struct KvDb {
     db: Db,
     group: GroupCommit,
     marker: Marker,
-    /// Stops the lease heartbeat.
-    heartbeat: parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// Stops the lease heartbeat, which answers with the lease so close can release it.
+    heartbeat: parking_lot::Mutex<Option<Heartbeat>>,
 }
 
 impl std::fmt::Debug for KvDb {
@@ -207,26 +206,30 @@ impl KvDb {
         options.validate(name)?;
         let path = Path::from(path);
         let marker = claim(&store, &path, name, options.create).await?;
-        crate::lease::check(&store, &path, name, options.take_over).await?;
+        // Own the database before anything can be acknowledged: the lease claim is an atomic
+        // create in the capacity store, so a writer that loses a start race stops here.
+        let lease = crate::lease::claim(&store, &path, name, options.take_over).await?;
+        tierdb_store::testpoint::pause_at("kv-lease-claimed");
         // SlateDB claims the WAL with a direct create, decided by the capacity store (after a
         // barrier that uploads whatever an earlier writer in this process left in the log).
         store.stop_logging_creates_in(&wal_dir(&path));
-        let object_store: Arc<dyn ObjectStore> = Arc::new(store.clone());
-        let db = Db::builder(path.clone(), object_store)
+        let object_store = crate::sealed::for_slatedb(&store);
+        let built = Db::builder(path.clone(), object_store)
             .with_settings(options.settings())
             .with_db_cache(options.db_cache(), 0)
             .build()
-            .await
-            .map_err(|e| KvError::engine(name, "open", e))?;
+            .await;
+        let db = match built {
+            Ok(db) => db,
+            Err(e) => {
+                release(&store, &path, name, lease).await;
+                return Err(KvError::engine(name, "open", e));
+            }
+        };
         // SlateDB has claimed the WAL (a direct create of its fence object); from now on its
         // WAL objects may be acknowledged from the device log.
         store.log_creates_in(&wal_dir(&path));
-        let lease = crate::lease::Lease::new();
-        if let Err(e) = lease.write(&store, &path, name).await {
-            // Advisory: the heartbeat writes it again within a second.
-            tracing::warn!(db = name, error = %e, "cannot write the writer lease");
-        }
-        let heartbeat = spawn_heartbeat(store.clone(), path.clone(), lease);
+        let heartbeat = spawn_heartbeat(store.clone(), path.clone(), name.to_string(), lease);
         Ok(KvDb {
             name: name.to_string(),
             path,
@@ -305,18 +308,18 @@ impl KvDb {
     /// Flushes and closes the database, then drains the store's write-back log.
     pub async fn close(&self) -> Result<()> {
         let heartbeat = self.heartbeat.lock().take();
-        if let Some(stop) = heartbeat {
-            let _ = stop.send(());
-        }
+        let lease = match heartbeat {
+            Some(h) => h.stop().await,
+            None => None,
+        };
         let closed = self
             .db
             .close()
             .await
             .map_err(|e| KvError::engine(&self.name, "close", e));
-        if closed.is_ok() {
+        if let (Ok(()), Some(lease)) = (&closed, lease) {
             // Released: the next writer need not wait for the lease to go stale.
-            let lease = crate::lease::lease_path(&self.path);
-            let _ = object_store::ObjectStoreExt::delete(&self.store, &lease).await;
+            release(&self.store, &self.path, &self.name, lease).await;
         }
         self.store.stop_logging_creates_in(&wal_dir(&self.path));
         let flushed = self
@@ -337,37 +340,63 @@ impl KvDb {
     }
 }
 
-/// Refreshes the writer lease every [`crate::lease::HEARTBEAT`] until stopped or fenced.
+/// Marks `lease` released, so the next writer need not wait for it to go stale (best
+/// effort: a lease that is not released goes stale after `LEASE_STALE`).
+async fn release(store: &TieredStore, path: &Path, name: &str, mut lease: crate::lease::Lease) {
+    lease.released = true;
+    if let Err(e) = lease.write(store, path, name).await {
+        tracing::warn!(db = name, error = %e, "cannot release the writer lease");
+    }
+}
+
+/// The running lease heartbeat of a writer.
+struct Heartbeat {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Option<crate::lease::Lease>>,
+}
+
+impl Heartbeat {
+    /// Stops the heartbeat; returns the lease if this writer still holds it.
+    async fn stop(self) -> Option<crate::lease::Lease> {
+        let _ = self.stop.send(());
+        self.task.await.ok().flatten()
+    }
+}
+
+/// Refreshes the writer lease every [`crate::lease::HEARTBEAT`] until stopped, taken over
+/// (a newer generation exists) or fenced.
 fn spawn_heartbeat(
     store: TieredStore,
     path: Path,
+    name: String,
     mut lease: crate::lease::Lease,
-) -> tokio::sync::oneshot::Sender<()> {
+) -> Heartbeat {
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let mut tick = tokio::time::interval(crate::lease::HEARTBEAT);
         tick.tick().await;
         loop {
             tokio::select! {
-                _ = &mut stopped => break,
+                _ = &mut stopped => return Some(lease),
                 _ = tick.tick() => {}
             }
             if store.fenced(&wal_dir(&path)).is_some() {
-                break;
+                return None;
             }
-            // Taken over: a newer writer's lease is there; leave it alone. (An older one is a
-            // fenced writer's last heartbeat racing ours: write ours again.)
-            match crate::lease::read(&store, &path, path.as_ref()).await {
-                Ok(Some(current)) if current.opened_ms > lease.opened_ms => break,
+            match crate::lease::read_newest(&store, &path, &name).await {
+                Ok((newest, _)) if newest > lease.generation => {
+                    tracing::warn!(db = name, "another writer took the database over");
+                    return None;
+                }
                 _ => {}
             }
             lease.heartbeat_ms = crate::lease::now_ms();
-            if let Err(e) = lease.write(&store, &path, path.as_ref()).await {
-                tracing::warn!(db = %path, error = %e, "cannot refresh the writer lease");
+            if let Err(e) = lease.write(&store, &path, &name).await {
+                tracing::warn!(db = name, error = %e, "cannot refresh the writer lease");
             }
         }
     });
-    stop
+    Heartbeat { stop, task }
 }
 
 fn wal_dir(db: &Path) -> Path {
@@ -476,7 +505,7 @@ impl KvReplica {
     ) -> Result<Self> {
         let db_path = Path::from(path);
         claim(&store, &db_path, name, false).await?;
-        let object_store: Arc<dyn ObjectStore> = Arc::new(store.clone());
+        let object_store = crate::sealed::for_slatedb(&store);
         let options = slatedb::config::DbReaderOptions {
             manifest_poll_interval: poll_interval,
             checkpoint_lifetime: (poll_interval * 4).max(Duration::from_secs(60)),
@@ -562,7 +591,7 @@ impl DbShape {
     pub async fn read(store: &TieredStore, path: &str, name: &str) -> Result<(Marker, Self)> {
         let db_path = Path::from(path);
         let marker = claim(store, &db_path, name, false).await?;
-        let object_store: Arc<dyn ObjectStore> = Arc::new(store.clone());
+        let object_store = crate::sealed::for_slatedb(&store);
         let admin = slatedb::admin::Admin::builder(db_path, object_store).build();
         let manifest = admin
             .read_manifest(None)
@@ -612,7 +641,7 @@ pub async fn clone_db(
             });
         }
     }
-    let object_store: Arc<dyn ObjectStore> = Arc::new(store.clone());
+    let object_store = crate::sealed::for_slatedb(&store);
     let admin = slatedb::admin::Admin::builder(dst_path.clone(), object_store).build();
     admin
         .create_clone_builder_from_source(slatedb::CloneSourceSpec::new(src_path))

@@ -23,6 +23,7 @@ mod error;
 pub mod lease;
 pub mod marker;
 mod options;
+pub mod sealed;
 
 pub use db::{DbShape, KvDb, KvReplica, KvSnapshot, clone_db};
 pub use error::{ErrorKind, KvError, Result, Result as KvResult, ShowKey};

@@ -16,7 +16,7 @@ use crate::error::{KvError, Result};
 pub const MARKER_NAME: &str = "tierdb.json";
 pub const FORMAT: &str = "tierdb-kv";
 /// The on-store format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Marker {

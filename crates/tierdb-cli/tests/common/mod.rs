@@ -44,3 +44,53 @@ pub fn kill_after_acks(
     );
     acked
 }
+
+/// A fresh database URL on the test MinIO (`TIERDB_TEST_S3_URL`, set by scripts/test.sh), or
+/// `None` (test skipped) when it is not set and `TIERDB_REQUIRE_MINIO` is not either.
+pub fn minio(name: &str) -> Option<String> {
+    let Ok(base) = std::env::var("TIERDB_TEST_S3_URL") else {
+        assert!(
+            std::env::var("TIERDB_REQUIRE_MINIO").is_err(),
+            "TIERDB_REQUIRE_MINIO set but no TIERDB_TEST_S3_URL"
+        );
+        eprintln!("TIERDB_TEST_S3_URL not set: MinIO test skipped (scripts/test.sh runs it)");
+        return None;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    Some(format!("{base}/{name}-{nanos}"))
+}
+
+/// Starts `tierdb ARGS` with the debug build's pause point `point` selected and returns it
+/// once it reports that it stopped there (see `tierdb_store::testpoint`).
+pub fn spawn_paused_at(args: &[&str], point: &str) -> std::process::Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tierdb"))
+        .args(args)
+        .env("TIERDB_TEST_PAUSE_AT", point)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        if line.contains(&format!("paused at {point}")) {
+            return child;
+        }
+        seen.push(line);
+    }
+    let status = child.wait().unwrap();
+    panic!("tierdb {args:?} ended ({status:?}) before pause point {point}: {seen:?}");
+}
+
+/// SIGKILLs `child` and reaps it.
+pub fn sigkill(child: &mut std::process::Child) {
+    // libc::kill is a plain syscall wrapper.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    assert_eq!(rc, 0);
+    child.wait().unwrap();
+}
