@@ -86,10 +86,41 @@ impl PgWireServerHandlers for Handlers {
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
         let mut scram = ScramAuth::new(self.credentials.clone());
         scram.set_iterations(SCRAM_ITERATIONS);
-        Arc::new(
+        Arc::new(StartupUserInErrors(
             SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
                 .with_scram(scram),
-        )
+        ))
+    }
+}
+
+/// Names the startup message's user in a failed login. Clients (libpq among them) leave the
+/// SCRAM user name empty, as RFC 5802 lets a server that knows the user from elsewhere, and
+/// pgwire reports the SCRAM one: `Password authentication failed for user ""`.
+struct StartupUserInErrors<H>(H);
+
+#[async_trait]
+impl<H: StartupHandler> StartupHandler for StartupUserInErrors<H> {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match self.0.on_startup(client, message).await {
+            Err(PgWireError::InvalidPassword(user)) if user.is_empty() => {
+                let user = client
+                    .metadata()
+                    .get(pgwire::api::METADATA_USER)
+                    .cloned()
+                    .unwrap_or_default();
+                Err(PgWireError::InvalidPassword(user))
+            }
+            other => other,
+        }
     }
 }
 

@@ -236,6 +236,8 @@ pub struct SegmentMeta {
     pub bytes: u64,
     /// In table column order.
     pub columns: Vec<ColumnStats>,
+    /// A CRC per block of the file, checked on every read (see `checksum.rs`).
+    pub checksums: crate::checksum::BlockSums,
 }
 
 fn table_key(name: &str) -> Bytes {

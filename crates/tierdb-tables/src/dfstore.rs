@@ -5,11 +5,18 @@
 //! goes through the DRAM and device tiers. It also counts what DataFusion asked for (requests
 //! and bytes): the "bytes read" figures of a query. Segments are written with the 0.14 API
 //! directly (see `segment.rs`), so multipart uploads are not offered here.
+//!
+//! Every segment read is verified: the table provider registers each segment's block
+//! checksums (from its catalog entry) before DataFusion reads it, and a read is widened to
+//! whole blocks, checked, and cut back to what was asked (see `checksum.rs`). A read of an
+//! object with no registered checksums is refused, so nothing reaches a query unverified.
 
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use std::collections::HashMap;
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -19,6 +26,9 @@ use object_store_df as os13;
 use os13::path::Path as Path13;
 use os14::ObjectStoreExt as _;
 use os14::path::Path as Path14;
+use parking_lot::RwLock;
+
+use crate::checksum::BlockSums;
 
 /// What DataFusion read through the adapter.
 #[derive(Debug, Default)]
@@ -40,6 +50,8 @@ impl ReadCounters {
 pub struct DfStore {
     inner: Arc<dyn os14::ObjectStore>,
     counters: Arc<ReadCounters>,
+    /// Block checksums of the segments a query may read, by path.
+    checksums: Arc<RwLock<HashMap<String, Arc<BlockSums>>>>,
 }
 
 impl DfStore {
@@ -47,7 +59,63 @@ impl DfStore {
         DfStore {
             inner,
             counters: Arc::new(ReadCounters::default()),
+            checksums: Arc::default(),
         }
+    }
+
+    /// Makes the segment at `path` readable, checked against `sums`.
+    pub fn register_checksums(&self, path: &str, sums: &BlockSums) {
+        if self.checksums.read().contains_key(path) {
+            return;
+        }
+        self.checksums
+            .write()
+            .insert(path.to_string(), Arc::new(sums.clone()));
+    }
+
+    /// Forgets the checksums of deleted segments.
+    pub fn forget_checksums(&self, paths: &[&str]) {
+        let mut map = self.checksums.write();
+        for p in paths {
+            map.remove(*p);
+        }
+    }
+
+    fn sums(&self, location: &Path14) -> os14::Result<Arc<BlockSums>> {
+        self.checksums
+            .read()
+            .get(location.as_ref())
+            .cloned()
+            .ok_or_else(|| {
+                damaged(
+                    location,
+                    "no checksums are recorded for it, so it cannot be read verified".into(),
+                )
+            })
+    }
+
+    /// Reads `ranges` of `location` widened to whole blocks, verifies every block and
+    /// returns exactly the bytes asked for.
+    async fn read_verified(
+        &self,
+        location: &Path14,
+        ranges: &[Range<u64>],
+    ) -> os14::Result<Vec<Bytes>> {
+        let sums = self.sums(location)?;
+        let aligned = ranges
+            .iter()
+            .map(|r| sums.aligned(r))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| damaged(location, reason))?;
+        let blocks = self.inner.get_ranges(location, &aligned).await?;
+        let mut out = Vec::with_capacity(ranges.len());
+        for ((want, got), blocks) in ranges.iter().zip(&aligned).zip(blocks) {
+            sums.verify(got.start, &blocks)
+                .map_err(|reason| damaged(location, reason))?;
+            let from = (want.start - got.start) as usize;
+            out.push(blocks.slice(from..from + (want.end - want.start) as usize));
+        }
+        Ok(out)
     }
 
     pub fn counters(&self) -> &Arc<ReadCounters> {
@@ -86,14 +154,6 @@ fn meta13(m: os14::ObjectMeta) -> os13::ObjectMeta {
     }
 }
 
-fn range14(r: os13::GetRange) -> os14::GetRange {
-    match r {
-        os13::GetRange::Bounded(r) => os14::GetRange::Bounded(r),
-        os13::GetRange::Offset(o) => os14::GetRange::Offset(o),
-        os13::GetRange::Suffix(n) => os14::GetRange::Suffix(n),
-    }
-}
-
 /// Maps a 0.14 error to the 0.13 variant DataFusion inspects (NotFound above all).
 fn err13(e: os14::Error) -> os13::Error {
     match e {
@@ -105,6 +165,16 @@ fn err13(e: os14::Error) -> os13::Error {
             store: "tierdb",
             source: Box::new(other),
         },
+    }
+}
+
+fn damaged(location: &Path14, reason: String) -> os14::Error {
+    os14::Error::Generic {
+        store: tierdb_store::STORE_NAME,
+        source: Box::new(tierdb_store::Error::ChecksumMismatch {
+            object: location.to_string(),
+            reason,
+        }),
     }
 }
 
@@ -159,36 +229,71 @@ impl os13::ObjectStore for DfStore {
         location: &Path13,
         options: os13::GetOptions,
     ) -> os13::Result<os13::GetResult> {
-        let opts = os14::GetOptions {
-            if_match: options.if_match,
-            if_none_match: options.if_none_match,
-            if_modified_since: options.if_modified_since,
-            if_unmodified_since: options.if_unmodified_since,
-            range: options.range.map(range14),
-            version: options.version,
-            head: options.head,
-            ..Default::default()
-        };
-        let r = self
-            .inner
-            .get_opts(&path14(location), opts)
-            .await
-            .map_err(err13)?;
-        let range = r.range.clone();
-        let meta = meta13(r.meta.clone());
-        let counters = self.counters.clone();
-        if !options.head {
-            self.count(1, 0);
+        let location = path14(location);
+        if options.head {
+            let opts = os14::GetOptions {
+                head: true,
+                ..Default::default()
+            };
+            let r = self.inner.get_opts(&location, opts).await.map_err(err13)?;
+            let sums = self.sums(&location).map_err(err13)?;
+            if r.meta.size != sums.object_bytes {
+                return Err(err13(damaged(
+                    &location,
+                    format!(
+                        "it has {} bytes, {} were written",
+                        r.meta.size, sums.object_bytes
+                    ),
+                )));
+            }
+            return Ok(os13::GetResult {
+                range: 0..r.meta.size,
+                meta: meta13(r.meta),
+                payload: os13::GetResultPayload::Stream(futures::stream::empty().boxed()),
+                attributes: Default::default(),
+            });
         }
-        let stream = r
-            .into_stream()
-            .map_err(err13)
-            .inspect_ok(move |b| {
-                counters.bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
-            })
-            .boxed();
+        if options.if_match.is_some()
+            || options.if_none_match.is_some()
+            || options.if_modified_since.is_some()
+            || options.if_unmodified_since.is_some()
+            || options.version.is_some()
+        {
+            return Err(not_supported("conditional reads of segments"));
+        }
+        let sums = self.sums(&location).map_err(err13)?;
+        let len = sums.object_bytes;
+        let range = match options.range {
+            None => 0..len,
+            Some(os13::GetRange::Bounded(r)) => r.start..r.end.min(len),
+            Some(os13::GetRange::Offset(o)) => o..len,
+            Some(os13::GetRange::Suffix(n)) => len.saturating_sub(n)..len,
+        };
+        if range.start > range.end {
+            return Err(os13::Error::Generic {
+                store: "tierdb",
+                source: format!("range {range:?} is outside the {len}-byte segment {location}")
+                    .into(),
+            });
+        }
+        let body = self
+            .read_verified(&location, std::slice::from_ref(&range))
+            .await
+            .map_err(err13)?
+            .pop()
+            .unwrap_or_default();
+        self.count(1, body.len() as u64);
+        let meta = os13::ObjectMeta {
+            location: path13(&location),
+            last_modified: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+            size: len,
+            e_tag: None,
+            version: None,
+        };
         Ok(os13::GetResult {
-            payload: os13::GetResultPayload::Stream(stream),
+            payload: os13::GetResultPayload::Stream(
+                futures::stream::once(async move { Ok(body) }).boxed(),
+            ),
             meta,
             range,
             attributes: Default::default(),
@@ -201,8 +306,7 @@ impl os13::ObjectStore for DfStore {
         ranges: &[Range<u64>],
     ) -> os13::Result<Vec<Bytes>> {
         let out = self
-            .inner
-            .get_ranges(&path14(location), ranges)
+            .read_verified(&path14(location), ranges)
             .await
             .map_err(err13)?;
         self.count(
@@ -282,11 +386,13 @@ mod tests {
             .await
             .unwrap();
         let s = DfStore::new(inner);
+        s.register_checksums("t/a", &BlockSums::of(b"hello world"));
         let p = Path13::from("t/a");
         assert_eq!(s.get_range(&p, 6..11).await.unwrap().as_ref(), b"world");
         assert_eq!(s.head(&p).await.unwrap().size, 11);
         let parts = s.get_ranges(&p, &[0..1, 2..4]).await.unwrap();
         assert_eq!(parts.len(), 2);
+        assert_eq!(parts[1].as_ref(), b"ll");
         let listed: Vec<_> = s
             .list(Some(&Path13::from("t")))
             .try_collect()
@@ -297,5 +403,52 @@ mod tests {
         assert!(matches!(e, os13::Error::NotFound { .. }), "{e}");
         let (requests, bytes) = s.counters().snapshot();
         assert_eq!((requests, bytes), (3, 5 + 1 + 2));
+    }
+
+    /// A byte that changed after the checksums were taken fails every read that touches its
+    /// block, naming the object; an unregistered object is not read at all.
+    #[tokio::test]
+    async fn a_changed_byte_is_an_error_never_data() {
+        let inner = Arc::new(os14::memory::InMemory::new());
+        let data: Vec<u8> = (0..150_000u32).map(|i| (i % 251) as u8).collect();
+        let s = DfStore::new(inner.clone());
+        s.register_checksums("t/seg", &BlockSums::of(&data));
+        let mut bad = data.clone();
+        bad[100_000] ^= 0x04;
+        inner
+            .put(&Path14::from("t/seg"), Bytes::from(bad).into())
+            .await
+            .unwrap();
+        let p = Path13::from("t/seg");
+        assert_eq!(
+            s.get_range(&p, 0..1000).await.unwrap().as_ref(),
+            &data[..1000],
+            "an untouched block still reads"
+        );
+        for range in [99_999..100_001, 70_000..70_001, 0..150_000] {
+            let err = s
+                .get_range(&p, range.clone())
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("t/seg") && err.contains("is damaged"),
+                "{range:?}: {err}"
+            );
+        }
+        let err = s
+            .get_ranges(&p, &[0..10, 120_000..120_010])
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("65536..131072"), "{err}");
+        inner
+            .put(&Path14::from("t/other"), Bytes::from_static(b"x").into())
+            .await
+            .unwrap();
+        let err = s
+            .get_range(&Path13::from("t/other"), 0..1)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("no checksums"), "{err}");
     }
 }

@@ -202,6 +202,18 @@ pub async fn import(
         (Ok(()), Ok(segments)) => segments,
     };
     rejects.finish()?;
+    if segments.iter().all(|s| s.rows == 0) {
+        tables.discard(&segments).await;
+        let why = match rejects.count() {
+            0 => "the input holds no rows".to_string(),
+            n => format!(
+                "all {n} rows were rejected (reasons in {})",
+                options.reject_file.display()
+            ),
+        };
+        return Err(TableError::Import(format!("{why}; nothing was imported")));
+    }
+    tierdb_store::testpoint::pause_at("import-commit");
     let segments = match tables.commit_segments(&def, segments.clone(), false).await {
         Ok(s) => s,
         Err(e) => {
@@ -611,10 +623,11 @@ impl Col {
                     .map_err(|_| format!("{s:?} is out of range"))?;
                 Value::Date(days)
             }
-            Col::Dec(_, p, sc) => Value::Dec(
-                parse_decimal::<Decimal128Type>(t, *p, *sc)
-                    .map_err(|_| format!("{s:?} is not a DECIMAL({p},{sc})"))?,
-            ),
+            Col::Dec(_, p, sc) => {
+                Value::Dec(parse_decimal_rounded(t, *p, *sc).ok_or_else(|| {
+                    format!("{s:?} is not a DECIMAL({p},{sc}) (or is out of its range)")
+                })?)
+            }
         })
     }
 
@@ -722,4 +735,49 @@ fn parse_chunk(
     }
     let arrays: Vec<ArrayRef> = cols.iter_mut().map(Col::finish).collect();
     Ok(RecordBatch::try_new(def.schema(), arrays)?)
+}
+
+/// Parses a decimal literal into DECIMAL(`precision`, `scale`), rounding digits past the
+/// scale half away from zero, as PostgreSQL and `INSERT` do (0.129 -> 0.13, -1.005 -> -1.01),
+/// never truncating. `None` if it is not a number or does not fit the precision.
+fn parse_decimal_rounded(text: &str, precision: u8, scale: i8) -> Option<i128> {
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], text[at + 1..].parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    let fraction_digits = mantissa.split_once('.').map_or(0, |(_, f)| f.len() as i32);
+    let excess = fraction_digits - exponent - i32::from(scale);
+    if excess <= 0 || scale < 0 {
+        return parse_decimal::<Decimal128Type>(text, precision, scale).ok();
+    }
+    // Parse exactly at the literal's own scale (at most 38 digits), then round to `scale`.
+    let wide_scale = i8::try_from(i32::from(scale) + excess).ok()?;
+    let wide = parse_decimal::<Decimal128Type>(text, 38, wide_scale).ok()?;
+    let divisor = 10i128.checked_pow(u32::try_from(excess).ok()?)?;
+    let (quotient, remainder) = (wide / divisor, wide % divisor);
+    let rounded = if remainder.unsigned_abs() * 2 >= divisor.unsigned_abs() {
+        quotient + wide.signum()
+    } else {
+        quotient
+    };
+    let limit = 10i128.checked_pow(u32::from(precision))?;
+    (rounded.abs() < limit).then_some(rounded)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimals_round_half_away_from_zero_never_truncate() {
+        let p = |t| super::parse_decimal_rounded(t, 12, 2);
+        assert_eq!(p("0.129"), Some(13));
+        assert_eq!(p("1.005"), Some(101));
+        assert_eq!(p("-1.005"), Some(-101));
+        assert_eq!(p("1.004"), Some(100));
+        assert_eq!(p("2.5"), Some(250));
+        assert_eq!(p("12.3456e1"), Some(12346));
+        assert_eq!(p("7"), Some(700));
+        assert_eq!(p("9999999999.995"), None, "rounds past the precision");
+        assert_eq!(p("abc"), None);
+        assert_eq!(p("1.2.3"), None);
+    }
 }

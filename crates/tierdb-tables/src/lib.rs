@@ -12,6 +12,7 @@
 //! - [`ssb`]: the Star Schema Benchmark: a data generator and the 13 queries.
 
 pub mod catalog;
+pub mod checksum;
 pub mod dfstore;
 pub mod error;
 pub mod import;

@@ -270,6 +270,9 @@ impl TableProvider for TierTable {
             .map(|_| (0, Vec::new()))
             .collect();
         for seg in kept {
+            self.tables
+                .df_store()
+                .register_checksums(&seg.path, &seg.checksums);
             if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
                 g.0 += seg.bytes;
                 let mut file = PartitionedFile::new(seg.path.clone(), seg.bytes);

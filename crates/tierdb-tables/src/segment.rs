@@ -145,6 +145,7 @@ pub async fn upload(
     columns: Vec<ColumnStats>,
 ) -> Result<SegmentMeta> {
     let len = bytes.len() as u64;
+    let checksums = crate::checksum::BlockSums::of(&bytes);
     store
         .put(&path, bytes::Bytes::from(bytes).into())
         .await
@@ -158,5 +159,6 @@ pub async fn upload(
         rows: rows as u64,
         bytes: len,
         columns,
+        checksums,
     })
 }
