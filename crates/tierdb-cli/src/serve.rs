@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 
 use crate::CliResult;
 use crate::kv_cmd::KvArgs;
-use crate::sql_cmd::{EngineArgs, open_engine};
+use crate::sql_cmd::{EngineArgs, Handle, open_engine};
 
 const SCRAM_ITERATIONS: usize = 4096;
 
@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// The password clients must give (SCRAM-SHA-256). Required: there is no trust mode.
     #[arg(long, env = "TIERDB_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+    /// After the database engine fails (an object-store outage longer than its retries),
+    /// keep trying to reopen it for this long, then exit non-zero so a supervisor can act.
+    #[arg(long, default_value = "10m")]
+    pub recover_for: humantime::Duration,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -72,14 +76,116 @@ impl AuthSource for Credentials {
 }
 
 struct Handlers {
-    engine: Arc<SqlEngine>,
+    database: Arc<Database>,
     credentials: Arc<Credentials>,
+}
+
+/// The served database, reopened in place when its engine fails.
+///
+/// SlateDB shuts a database handle down when a background task fails, for example when the
+/// object store stays away longer than its retries; every later call then returns that stale
+/// error, even after the store is back. The server notices ([`tierdb_tables::Tables::failure`]),
+/// gives the old handle up without flushing (acknowledged writes stay in the write-back log,
+/// as after a crash) and opens the database again, retrying with backoff for
+/// `--recover-for`; past that it stops serving and exits non-zero with the reason.
+struct Database {
+    db: String,
+    kv: KvArgs,
+    engine_args: EngineArgs,
+    recover_for: std::time::Duration,
+    live: tokio::sync::RwLock<Live>,
+    /// A reopen is under way.
+    recovering: std::sync::atomic::AtomicBool,
+    /// Set when recovery gave up: the server stops with this message.
+    fatal: tokio::sync::watch::Sender<Option<String>>,
+}
+
+struct Live {
+    engine: Arc<SqlEngine>,
+    handle: Option<Handle>,
+}
+
+impl Database {
+    async fn engine(&self) -> Arc<SqlEngine> {
+        self.live.read().await.engine.clone()
+    }
+
+    /// Starts replacing `broken` (if it is still the live engine) with a freshly opened one,
+    /// in the background: statements meanwhile fail at once with SQLSTATE 57P03 rather than
+    /// wait for the object store.
+    fn recover(self: &Arc<Self>, broken: &Arc<SqlEngine>, why: &str) {
+        if self
+            .recovering
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let (this, broken, why) = (self.clone(), broken.clone(), why.to_string());
+        tokio::spawn(async move {
+            this.reopen(&broken, &why).await;
+            this.recovering
+                .store(false, std::sync::atomic::Ordering::Release);
+        });
+    }
+
+    async fn reopen(&self, broken: &Arc<SqlEngine>, why: &str) {
+        // The lock is held only to swap: statements meanwhile meet the broken engine and fail
+        // at once instead of waiting here.
+        let handle = {
+            let mut live = self.live.write().await;
+            if !Arc::ptr_eq(&live.engine, broken) {
+                return; // already reopened
+            }
+            live.handle.take()
+        };
+        tracing::warn!(db = %self.db, reason = why, "the database engine failed; reopening it");
+        if let Some(handle) = handle {
+            handle.abandon().await;
+        }
+        let deadline = tokio::time::Instant::now() + self.recover_for;
+        let mut pause = std::time::Duration::from_millis(250);
+        loop {
+            match open_engine(&self.db, &self.kv, &self.engine_args).await {
+                Ok((engine, handle)) => {
+                    tracing::warn!(db = %self.db, "database reopened; serving again");
+                    *self.live.write().await = Live {
+                        engine: Arc::new(engine),
+                        handle: Some(handle),
+                    };
+                    return;
+                }
+                Err(e) if tokio::time::Instant::now() + pause < deadline => {
+                    tracing::warn!(db = %self.db, error = %e, "reopening failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(5));
+                }
+                Err(e) => {
+                    let message = format!(
+                        "the database engine failed ({why}) and could not be reopened within \
+                         {}: {e}; acknowledged writes are safe in the write-back log and the \
+                         capacity store, and are there when tierdb serve starts again",
+                        humantime::format_duration(self.recover_for)
+                    );
+                    self.fatal.send_replace(Some(message));
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn close(&self) -> CliResult {
+        let handle = self.live.write().await.handle.take();
+        match handle {
+            Some(h) => h.close().await,
+            None => Ok(()),
+        }
+    }
 }
 
 impl PgWireServerHandlers for Handlers {
     fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
         Arc::new(Queries {
-            engine: self.engine.clone(),
+            database: self.database.clone(),
         })
     }
 
@@ -125,7 +231,7 @@ impl<H: StartupHandler> StartupHandler for StartupUserInErrors<H> {
 }
 
 struct Queries {
-    engine: Arc<SqlEngine>,
+    database: Arc<Database>,
 }
 
 #[async_trait]
@@ -136,7 +242,8 @@ impl SimpleQueryHandler for Queries {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let statements = match self.engine.parse(query) {
+        let engine = self.database.engine().await;
+        let statements = match engine.parse(query) {
             Ok(s) => s,
             Err(e) => return Ok(vec![error_response(&e)]),
         };
@@ -145,17 +252,37 @@ impl SimpleQueryHandler for Queries {
         }
         let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
-            match self.engine.execute(stmt).await {
+            match engine.execute(stmt).await {
                 Ok(r) => out.push(to_response(r)?),
                 Err(e) => {
                     // Like PostgreSQL: the failing statement ends the query string.
-                    out.push(error_response(&e));
+                    out.push(match engine.tables().failure() {
+                        Some(why) => {
+                            self.database.recover(&engine, &why);
+                            unavailable(&e, &why)
+                        }
+                        None => error_response(&e),
+                    });
                     break;
                 }
             }
         }
         Ok(out)
     }
+}
+
+/// The answer to a statement that met a failed engine: SQLSTATE 57P03 (cannot connect now)
+/// so clients know to retry.
+fn unavailable(e: &TableError, why: &str) -> Response {
+    let message = format!(
+        "the database engine failed ({why}); it is being reopened in the background, retry \
+         shortly (this statement was not applied: {e})"
+    );
+    Response::Error(Box::new(ErrorInfo::new(
+        "ERROR".to_string(),
+        "57P03".to_string(),
+        message,
+    )))
 }
 
 fn error_response(e: &TableError) -> Response {
@@ -280,8 +407,21 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let (engine, handle) = open_engine(&args.db, &args.kv, &args.engine).await?;
+    let (fatal, mut fatal_rx) = tokio::sync::watch::channel(None);
+    let database = Arc::new(Database {
+        db: args.db.clone(),
+        kv: args.kv.clone(),
+        engine_args: args.engine.clone(),
+        recover_for: args.recover_for.into(),
+        live: tokio::sync::RwLock::new(Live {
+            engine: Arc::new(engine),
+            handle: Some(handle),
+        }),
+        recovering: Default::default(),
+        fatal,
+    });
     let handlers = Arc::new(Handlers {
-        engine: Arc::new(engine),
+        database: database.clone(),
         credentials: Arc::new(Credentials {
             user: args.user.clone(),
             password,
@@ -317,6 +457,10 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
     tokio::select! {
         () = serve => {}
         _ = tokio::signal::ctrl_c() => println!("shutting down"),
+        fatal = fatal_rx.wait_for(Option::is_some) => {
+            let message = fatal.ok().and_then(|m| m.clone()).unwrap_or_default();
+            return Err(message);
+        }
     }
-    handle.close().await
+    database.close().await
 }

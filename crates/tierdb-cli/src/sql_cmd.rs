@@ -17,7 +17,7 @@ use tierdb_tables::{EngineOptions, SqlEngine, StatementResult, Tables, ssb};
 use crate::CliResult;
 use crate::kv_cmd::{KvArgs, open_store};
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
     /// Parallel threads per query (DataFusion partitions); default: the machine's cores.
     #[arg(long)]
@@ -214,6 +214,15 @@ pub enum Handle {
 }
 
 impl Handle {
+    /// Gives the database up without flushing, as a crash would (see
+    /// `TieredStore::abandon`): for a handle whose engine failed.
+    pub async fn abandon(self) {
+        match self {
+            Handle::Writer(w) => w.abandon().await,
+            Handle::Reader(r) => r.store().abandon().await,
+        }
+    }
+
     pub async fn close(self) -> CliResult {
         match self {
             Handle::Writer(w) => {

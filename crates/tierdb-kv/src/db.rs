@@ -270,6 +270,18 @@ impl KvDb {
         })
     }
 
+    /// Why this handle can no longer be used, if SlateDB shut it down on its own (a
+    /// background task failed, for example when the object store stayed away longer than
+    /// its retries, or another writer fenced it). Every later call fails with that stale
+    /// error: the database must be reopened.
+    pub fn failure(&self) -> Option<String> {
+        match self.db.status().close_reason? {
+            slatedb::CloseReason::Clean => None,
+            slatedb::CloseReason::Fenced => Some("fenced by another writer".into()),
+            _ => Some("a background task failed (see the previous errors)".into()),
+        }
+    }
+
     /// Commits (group commit) and WAL flushes so far.
     pub fn commit_stats(&self) -> (u64, u64) {
         (
@@ -303,6 +315,18 @@ impl KvDb {
     pub async fn clone_to(&self, dst: &str, dst_name: &str) -> Result<()> {
         self.flush_memtable().await?;
         clone_db(&self.store, self.path.as_ref(), dst, &self.name, dst_name).await
+    }
+
+    /// Gives this handle up without flushing or closing SlateDB, as a crash would: for a
+    /// handle whose engine failed (see [`KvDb::failure`]). The lease is left to go stale
+    /// (a reopen in this process claims it at once); the store's write-back log keeps every
+    /// acknowledged commit for the next open.
+    pub async fn abandon(&self) {
+        let heartbeat = self.heartbeat.lock().take();
+        if let Some(h) = heartbeat {
+            h.stop().await;
+        }
+        self.store.abandon().await;
     }
 
     /// Flushes and closes the database, then drains the store's write-back log.

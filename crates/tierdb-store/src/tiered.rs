@@ -270,6 +270,22 @@ impl TieredStore {
         flushed
     }
 
+    /// Gives the store up without flushing, as a crash would (for a process that reopens its
+    /// database after a failure it cannot repair in place, such as an engine that died in an
+    /// object-store outage): the write-back log keeps every acknowledged write for the next
+    /// open, which may then take the cache directory.
+    pub async fn abandon(&self) {
+        if let Some(log) = &self.inner.log {
+            log.abandon().await;
+        }
+        if let Some(cache) = &self.inner.cache {
+            let _ = cache.close().await;
+        }
+        if let Some(dir) = &self.inner._cache_dir {
+            dir.release();
+        }
+    }
+
     pub fn stats(&self) -> TierStats {
         let i = &self.inner;
         let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);

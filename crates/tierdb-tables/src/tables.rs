@@ -101,6 +101,12 @@ impl Tables {
         self.tiered.stats().capacity.get_bytes
     }
 
+    /// Why the KV engine under these tables can no longer be used, if it cannot (see
+    /// [`KvDb::failure`]): the database must be reopened.
+    pub fn failure(&self) -> Option<String> {
+        self.writer.as_ref().and_then(|w| w.failure())
+    }
+
     pub fn is_read_only(&self) -> bool {
         self.writer.is_none()
     }

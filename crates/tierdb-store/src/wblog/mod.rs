@@ -685,6 +685,22 @@ impl WbLog {
         drained
     }
 
+    /// Stops the writer thread and the cleaner without uploading anything, as a crash
+    /// would: every acknowledged record stays in the log and is replayed by the next open.
+    pub async fn abandon(&self) {
+        let _ = self.shutdown.send(true);
+        let cleaner = self.cleaner.lock().take();
+        if let Some(cleaner) = cleaner {
+            cleaner.abort();
+            let _ = cleaner.await;
+        }
+        self.tx.lock().take();
+        let writer = self.writer.lock().take();
+        if let Some(writer) = writer {
+            let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        }
+    }
+
     pub fn stats(&self) -> WriteBackStats {
         let c = &self.shared.stats;
         let state = self.shared.state.lock();
