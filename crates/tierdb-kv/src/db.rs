@@ -615,7 +615,7 @@ impl DbShape {
     pub async fn read(store: &TieredStore, path: &str, name: &str) -> Result<(Marker, Self)> {
         let db_path = Path::from(path);
         let marker = claim(store, &db_path, name, false).await?;
-        let object_store = crate::sealed::for_slatedb(&store);
+        let object_store = crate::sealed::for_slatedb(store);
         let admin = slatedb::admin::Admin::builder(db_path, object_store).build();
         let manifest = admin
             .read_manifest(None)
@@ -665,7 +665,7 @@ pub async fn clone_db(
             });
         }
     }
-    let object_store = crate::sealed::for_slatedb(&store);
+    let object_store = crate::sealed::for_slatedb(store);
     let admin = slatedb::admin::Admin::builder(dst_path.clone(), object_store).build();
     admin
         .create_clone_builder_from_source(slatedb::CloneSourceSpec::new(src_path))

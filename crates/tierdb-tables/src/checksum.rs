@@ -68,7 +68,7 @@ impl BlockSums {
     /// Checks `bytes`, which must be the block-aligned range starting at `start`.
     pub fn verify(&self, start: u64, bytes: &[u8]) -> Result<(), String> {
         let b = u64::from(self.block_bytes);
-        if start % b != 0 {
+        if !start.is_multiple_of(b) {
             return Err(format!("read at byte {start} is not block-aligned"));
         }
         let end = start + bytes.len() as u64;

@@ -212,9 +212,7 @@ fn next_valid_record(bytes: &[u8], from: u64, last_seq: u64) -> Option<NextRecor
     let mut at = start;
     while at + HEADER_BYTES <= bytes.len() {
         let window = &bytes[at..];
-        let Some(hit) = window.windows(magic.len()).position(|w| w == magic) else {
-            return None;
-        };
+        let hit = window.windows(magic.len()).position(|w| w == magic)?;
         at += hit;
         if let Ok(rec) = decode_at(bytes, at as u64)
             && rec.header.seq > last_seq
