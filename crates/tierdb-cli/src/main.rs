@@ -233,6 +233,10 @@ pub(crate) struct TierArgs {
     /// Write-back: cap on data not yet uploaded (writers wait at the cap).
     #[arg(long, default_value = "256MiB")]
     dirty_bytes_max: ByteSize,
+    /// Write-back: longest wait for room under the cap (or on a full cache device) before a
+    /// write goes straight to the capacity store instead.
+    #[arg(long, default_value = "10s")]
+    dirty_wait_max: humantime::Duration,
     /// A read run longer than this bypasses the caches (default 1MiB; SQL commands cache
     /// everything unless this is given, since segment scans are the hot data).
     #[arg(long)]
@@ -311,6 +315,7 @@ fn tier_options(t: &TierArgs) -> TierOptions {
         write_mode: t.write_mode,
         eviction: t.eviction,
         dirty_bytes_max: t.dirty_bytes_max.as_u64(),
+        dirty_wait_max: t.dirty_wait_max.into(),
         sequential_cutoff_bytes: t
             .sequential_cutoff
             .map_or(TierOptions::default().sequential_cutoff_bytes, |b| {

@@ -105,6 +105,18 @@ pub enum Error {
         last_error: String,
     },
 
+    /// A write-back writer found no room under the dirty cap within `dirty_wait_max`
+    /// (uploads are not draining the log). The store then writes through instead.
+    #[error(
+        "write-back log full: {dirty_bytes} of {dirty_bytes_max} dirty bytes are not yet \
+         uploaded and no room freed up in {waited_ms} ms; check the capacity store"
+    )]
+    WriteBackFull {
+        dirty_bytes: u64,
+        dirty_bytes_max: u64,
+        waited_ms: u64,
+    },
+
     /// The store has been closed.
     #[error("the tiered store is closed")]
     Closed,
@@ -157,9 +169,25 @@ impl Error {
                 | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::Input,
                 _ => ErrorKind::Retry,
             },
-            Error::Io { .. } | Error::UploadFailing { .. } | Error::Cache(_) => ErrorKind::Retry,
+            Error::Io { .. }
+            | Error::UploadFailing { .. }
+            | Error::WriteBackFull { .. }
+            | Error::Cache(_) => ErrorKind::Retry,
             Error::LogCorrupt { .. } | Error::ChecksumMismatch { .. } => ErrorKind::Data,
             Error::LogPoisoned { .. } | Error::Closed | Error::Fenced { .. } => ErrorKind::Poisoned,
+        }
+    }
+
+    /// Whether a write-back append failed for want of room (the dirty cap stayed full, or
+    /// the cache device is full) rather than for a reason writing elsewhere cannot fix.
+    pub(crate) fn log_is_full(&self) -> bool {
+        match self {
+            Error::WriteBackFull { .. } => true,
+            Error::Io { source, .. } => {
+                source.kind() == std::io::ErrorKind::StorageFull
+                    || source.to_string().contains("No space left")
+            }
+            _ => false,
         }
     }
 

@@ -118,6 +118,11 @@ pub struct TierOptions {
     pub sequential_cutoff_bytes: u64,
     /// Cap on write-back data not yet uploaded; writers wait when it is reached.
     pub dirty_bytes_max: u64,
+    /// How long a write-back writer waits for room under the dirty cap before its write goes
+    /// straight to the capacity store instead (write-through), which fails after the
+    /// capacity store's own bounded retries if that store is down. The same fallback is
+    /// taken when the cache device is full. Never an unbounded wait.
+    pub dirty_wait_max: Duration,
     /// The write-back log starts a new segment file after this many bytes.
     pub log_segment_bytes: u64,
     /// Uploads the write-back cleaner runs at once.
@@ -140,6 +145,7 @@ impl Default for TierOptions {
             eviction: Eviction::default(),
             sequential_cutoff_bytes: 1 << 20,
             dirty_bytes_max: 256 << 20,
+            dirty_wait_max: Duration::from_secs(10),
             log_segment_bytes: 64 << 20,
             upload_concurrency: 8,
             upload_attempts_max: 5,

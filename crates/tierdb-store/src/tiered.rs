@@ -143,6 +143,7 @@ impl TieredStore {
                 LogOptions {
                     segment_bytes_max: options.log_segment_bytes,
                     dirty_bytes_max: options.dirty_bytes_max,
+                    dirty_wait_max: options.dirty_wait_max,
                     upload_concurrency: options.upload_concurrency,
                     upload_attempts_max: options.upload_attempts_max,
                 },
@@ -723,13 +724,23 @@ impl ObjectStore for TieredStore {
         if let (WriteMode::WriteBack, Some(log), true) = (i.options.write_mode, &i.log, plain)
             && log.accepts(payload.content_length() as u64)
         {
-            log.put(location, payload.into_iter().collect()).await?;
-            i.meta.forget(location.as_ref());
-            return Ok(PutResult {
-                e_tag: None,
-                version: None,
-                extensions: Default::default(),
-            });
+            match log.put(location, payload.iter().cloned().collect()).await {
+                Ok(()) => {
+                    i.meta.forget(location.as_ref());
+                    return Ok(PutResult {
+                        e_tag: None,
+                        version: None,
+                        extensions: Default::default(),
+                    });
+                }
+                Err(e) if e.log_is_full() => {
+                    // Documented fallback: write through (after a barrier, so an older logged
+                    // version can never land on top of this one).
+                    tracing::warn!(path = %location, error = %e, "write-back log full; writing through");
+                    return i.put_direct(location, payload, opts).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         if let (PutMode::Create, Some(log)) = (&opts.mode, &i.log)
             && opts.tags.encoded().is_empty()
@@ -742,13 +753,22 @@ impl ObjectStore for TieredStore {
                 }
                 .into());
             }
-            log.put_create(location, payload.into_iter().collect())
-                .await?;
-            return Ok(PutResult {
-                e_tag: None,
-                version: None,
-                extensions: Default::default(),
-            });
+            match log
+                .put_create(location, payload.iter().cloned().collect())
+                .await
+            {
+                Ok(()) => {
+                    return Ok(PutResult {
+                        e_tag: None,
+                        version: None,
+                        extensions: Default::default(),
+                    });
+                }
+                Err(e) if e.log_is_full() => {
+                    tracing::warn!(path = %location, error = %e, "write-back log full; creating directly");
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         i.put_direct(location, payload, opts).await
     }

@@ -15,7 +15,8 @@
 //! 2. Per path, at most one upload is in flight, and a newer version is uploaded only after
 //!    the older upload finished, so the capacity store ends with the newest version.
 //! 3. Dirty bytes (pending payload) never exceed `dirty_bytes_max` except right after a
-//!    replay of a log written with a larger cap; writers wait for permits.
+//!    replay of a log written with a larger cap; writers wait for permits, at most
+//!    `dirty_wait_max` (then [`Error::WriteBackFull`]: the tiered store writes through).
 //! 4. Segments are deleted in order, so the log on disk is always a suffix of what was
 //!    written: replaying it yields the newest version of every path it holds.
 //! 5. A clean mark (`upto`) is written only when every record with `seq <= upto` is uploaded.
@@ -316,6 +317,7 @@ pub struct WriteBackStats {
 pub(crate) struct LogOptions {
     pub segment_bytes_max: u64,
     pub dirty_bytes_max: u64,
+    pub dirty_wait_max: std::time::Duration,
     pub upload_concurrency: usize,
     pub upload_attempts_max: u32,
 }
@@ -330,6 +332,8 @@ pub(crate) struct WbLog {
     tx: Mutex<Option<mpsc::Sender<AppendReq>>>,
     record_bytes_max: u64,
     dirty_bytes_max: u64,
+    /// Longest wait for room under the dirty cap (then [`Error::WriteBackFull`]).
+    dirty_wait_max: std::time::Duration,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     cleaner: Mutex<Option<tokio::task::JoinHandle<()>>>,
     shutdown: watch::Sender<bool>,
@@ -449,6 +453,7 @@ impl WbLog {
             tx: Mutex::new(Some(tx)),
             record_bytes_max,
             dirty_bytes_max: options.dirty_bytes_max,
+            dirty_wait_max: options.dirty_wait_max,
             writer: Mutex::new(Some(writer)),
             cleaner: Mutex::new(Some(cleaner)),
             shutdown,
@@ -547,12 +552,18 @@ impl WbLog {
                 option: "dirty_bytes_max",
                 reason: "record larger than 4 GiB".into(),
             })?;
-            self.shared
-                .dirty
-                .acquire_many(n)
-                .await
-                .map_err(|_| Error::Closed)?
-                .forget();
+            let started = Instant::now();
+            match tokio::time::timeout(self.dirty_wait_max, self.shared.dirty.acquire_many(n)).await
+            {
+                Ok(permit) => permit.map_err(|_| Error::Closed)?.forget(),
+                Err(_) => {
+                    return Err(Error::WriteBackFull {
+                        dirty_bytes: self.shared.state.lock().dirty_bytes,
+                        dirty_bytes_max: self.dirty_bytes_max,
+                        waited_ms: started.elapsed().as_millis() as u64,
+                    });
+                }
+            }
         }
         let (reply, rx) = oneshot::channel();
         let req = AppendReq {

@@ -17,6 +17,7 @@ fn options() -> LogOptions {
     LogOptions {
         segment_bytes_max: 1 << 20,
         dirty_bytes_max: 64 << 20,
+        dirty_wait_max: Duration::from_secs(30),
         upload_concurrency: 4,
         upload_attempts_max: 3,
     }
@@ -351,6 +352,44 @@ async fn writers_wait_at_the_dirty_cap_and_flush_reports_failing_uploads() {
         inner.head(&Path::from(p)).await.unwrap();
     }
     assert_eq!(log.stats().dirty_bytes, 0);
+    log.close().await.unwrap();
+}
+
+/// A full log never makes a writer wait without bound: past `dirty_wait_max` the append
+/// fails with WriteBackFull (the tiered store then writes through), and nothing logged is lost.
+#[tokio::test]
+async fn a_writer_waits_at_most_dirty_wait_max_at_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let capacity = broken(inner.clone());
+    let capped = LogOptions {
+        dirty_bytes_max: 3000,
+        dirty_wait_max: Duration::from_millis(200),
+        ..options()
+    };
+    let log = WbLog::open(dir.path(), capped, capacity.clone(), noop()).unwrap();
+    for p in ["a", "b"] {
+        log.put(&Path::from(p), vec![Bytes::from(vec![1u8; 1500])])
+            .await
+            .unwrap();
+    }
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        log.put(&Path::from("c"), vec![Bytes::from(vec![2u8; 1000])]),
+    )
+    .await
+    .expect("bounded")
+    .unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert!(matches!(err, Error::WriteBackFull { .. }), "{err}");
+    assert!(err.log_is_full() && err.kind() == crate::ErrorKind::Retry);
+    assert!(log.lookup(&Path::from("c")).is_none(), "nothing was logged");
+    capacity.set_config(FaultConfig::default());
+    log.barrier().await.unwrap();
+    for p in ["a", "b"] {
+        inner.head(&Path::from(p)).await.unwrap();
+    }
     log.close().await.unwrap();
 }
 

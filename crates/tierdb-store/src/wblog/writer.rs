@@ -122,8 +122,11 @@ impl Writer {
             self.out.flush()
         };
         if let Err(e) = write() {
-            // Cut the partial group off so later records do not follow garbage.
-            let cut = self.out.get_ref().set_len(start_offset).and_then(|()| {
+            // Cut the partial group off so later records do not follow garbage. The
+            // BufWriter may still hold unwritten bytes of this group (a failed flush keeps
+            // them): replace it without flushing, or they would land at the cut later.
+            let cut = self.discard_buffer().and_then(|()| {
+                self.out.get_ref().set_len(start_offset)?;
                 use std::io::Seek;
                 self.out
                     .get_mut()
@@ -184,6 +187,14 @@ impl Writer {
         if self.offset >= self.segment_bytes_max {
             self.roll();
         }
+    }
+
+    /// Drops whatever the BufWriter still buffers, without writing it.
+    fn discard_buffer(&mut self) -> std::io::Result<()> {
+        let file = self.out.get_ref().try_clone()?;
+        let old = std::mem::replace(&mut self.out, BufWriter::with_capacity(1 << 20, file));
+        let (_file, _discarded) = old.into_parts();
+        Ok(())
     }
 
     fn roll(&mut self) {
