@@ -354,6 +354,30 @@ mod tests {
         assert_eq!(t.records[1].data_txn, Some(Tid(5)));
     }
 
+    /// Fuzz (proptest): random bytes after the magic, and the sample with random bytes
+    /// overwritten or appended, read to transactions or an error, never a panic or a hang.
+    #[test]
+    fn random_and_mutated_files_never_panic() {
+        use proptest::prelude::*;
+        let good = sample();
+        proptest!(ProptestConfig::with_cases(300), |(
+            noise in proptest::collection::vec(any::<u8>(), 0..300),
+            at in any::<usize>(),
+        )| {
+            let _ = read_all(&[&good[..4], &noise[..]].concat());
+            let mut v = good.clone();
+            let start = 4 + at % (v.len() - 4);
+            for (i, b) in noise.iter().enumerate().take(16) {
+                if let Some(slot) = v.get_mut(start + i) {
+                    *slot = *b;
+                }
+            }
+            let _ = read_all(&v);
+            v.extend_from_slice(&noise);
+            let _ = read_all(&v);
+        });
+    }
+
     #[test]
     fn damage_anywhere_is_an_error_not_a_panic() {
         let good = sample();
