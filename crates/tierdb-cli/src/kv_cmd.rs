@@ -296,7 +296,7 @@ pub async fn run_info(db: String, tiers: TierArgs) -> CliResult {
     let lease = tierdb_kv::lease::read(&store, &object_store::path::Path::from(path.as_str()), &db)
         .await
         .map_err(|e| e.to_string())?;
-    match lease {
+    match lease.filter(|l| !l.released) {
         Some(l) => println!(
             "writer        process {} on {}, heartbeat {:.1} s ago ({})",
             l.pid,
@@ -395,12 +395,14 @@ pub fn print_tier_stats(stats: &tierdb_store::TierStats) {
     );
     if let Some(wb) = &stats.write_back {
         println!(
-            "  write-back  {} appends in {} fsyncs, {} pending objects, {} dirty, {} uploaded",
+            "  write-back  {} appends in {} fsyncs, {} pending objects, {} dirty, {} uploaded, \
+             upload lag {} ms (what a take-over or a lost device would lose)",
             wb.appends,
             wb.group_commits,
             wb.pending_objects,
             ByteSize(wb.dirty_bytes),
-            wb.uploaded_objects
+            wb.uploaded_objects,
+            wb.upload_lag_ms
         );
     }
 }

@@ -44,6 +44,8 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 pub const LEASE_STALE: Duration = Duration::from_secs(5);
 /// Claims lost to a racing writer that took over too (only with `take_over`) before giving up.
 const CLAIM_ATTEMPTS_MAX: u32 = 8;
+/// Transient store errors a claim retries before giving up.
+const TRANSIENT_ATTEMPTS_MAX: u32 = 3;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Lease {
@@ -188,7 +190,8 @@ pub async fn claim(
     name: &str,
     take_over: bool,
 ) -> Result<Lease> {
-    for _ in 0..CLAIM_ATTEMPTS_MAX {
+    let mut transient = 0u32;
+    for _ in 0..CLAIM_ATTEMPTS_MAX + TRANSIENT_ATTEMPTS_MAX {
         let (newest, current) = read_newest_retrying(store, db, name).await?;
         if let Some(lease) = current.filter(|l| l.is_live() && !take_over) {
             return Err(KvError::WriterActive {
@@ -216,9 +219,18 @@ pub async fn claim(
                 return Ok(lease);
             }
             // Another writer claimed this generation first: look again (its lease is live,
-            // so without take_over the next round refuses).
+            // so without take_over the next round refuses). After a transient failure the
+            // create may have taken effect: then the lease found is this process's own,
+            // which is not live to it, and the next generation is claimed.
             Err(object_store::Error::AlreadyExists { .. }) => continue,
-            Err(e) => return Err(store_err(name, e)),
+            Err(e) => {
+                let e = store_err(name, e);
+                transient += 1;
+                if e.kind() != crate::ErrorKind::Retry || transient > TRANSIENT_ATTEMPTS_MAX {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(50 << transient)).await;
+            }
         }
     }
     Err(KvError::Invalid {
