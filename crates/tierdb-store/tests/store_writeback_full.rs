@@ -34,11 +34,12 @@ fn bytes(v: u8) -> PutPayload {
 async fn a_full_log_writes_through_in_order() {
     let cache = tempfile::tempdir().unwrap();
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    // Slow uploads: the log fills faster than it drains.
+    // Slow uploads: the log fills faster than it drains (2 s per request, 40 times the
+    // 50 ms wait, so a loaded machine cannot free room before the wait ends).
     let slow = Arc::new(FaultStore::new(
         inner.clone(),
         FaultConfig {
-            latency: Duration::from_millis(300),
+            latency: Duration::from_secs(2),
             ..Default::default()
         },
         7,
