@@ -317,19 +317,37 @@ impl KvDb {
         clone_db(&self.store, self.path.as_ref(), dst, &self.name, dst_name).await
     }
 
-    /// Gives this handle up without flushing or closing SlateDB, as a crash would: for a
-    /// handle whose engine failed (see [`KvDb::failure`]). The lease is left to go stale
-    /// (a reopen in this process claims it at once); the store's write-back log keeps every
-    /// acknowledged commit for the next open.
-    pub async fn abandon(&self) {
+    /// Stops this handle's engine without a final flush, as a crash of this writer would:
+    /// SlateDB's background tasks end (none is left running to race the next writer), the
+    /// lease is not released (it goes stale, and a reopen in this process claims it at
+    /// once), and the store is left as it is, so its write-back log keeps every acknowledged
+    /// commit for the next open. For a handle whose engine failed (see [`KvDb::failure`]),
+    /// or whose last commit had an unknown outcome.
+    pub async fn close_without_flush(&self) {
         let heartbeat = self.heartbeat.lock().take();
         if let Some(h) = heartbeat {
             h.stop().await;
         }
+        let options = slatedb::config::CloseOptions { flush_type: None };
+        if let Err(e) = self.db.close_with_options(options).await {
+            tracing::debug!(db = %self.name, error = %e, "closing a failed writer without a flush");
+        }
+        self.store.stop_logging_creates_in(&wal_dir(&self.path));
+    }
+
+    /// Gives this handle and its store up as a crash would: [`KvDb::close_without_flush`],
+    /// then the store's uploads stop (see `TieredStore::abandon`).
+    pub async fn abandon(&self) {
+        self.close_without_flush().await;
         self.store.abandon().await;
     }
 
-    /// Flushes and closes the database, then drains the store's write-back log.
+    /// Closes the database after flushing its WAL, then drains the store's write-back log.
+    ///
+    /// The memtable is not written to L0 here: every commit is already in the WAL, and the
+    /// next open replays it. (SlateDB 0.18's close() with a memtable flush could wait forever
+    /// after some store faults: see crates/tierdb-kv/tests/kv_model.rs.) Call
+    /// [`KvDb::flush_memtable`] first where readers that skip the WAL must see everything.
     pub async fn close(&self) -> Result<()> {
         let heartbeat = self.heartbeat.lock().take();
         let lease = match heartbeat {
@@ -338,7 +356,9 @@ impl KvDb {
         };
         let closed = self
             .db
-            .close()
+            .close_with_options(slatedb::config::CloseOptions {
+                flush_type: Some(slatedb::config::FlushType::Wal),
+            })
             .await
             .map_err(|e| KvError::engine(&self.name, "close", e));
         if let (Ok(()), Some(lease)) = (&closed, lease) {

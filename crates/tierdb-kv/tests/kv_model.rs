@@ -99,7 +99,7 @@ async fn run(
                 Err(_) => {
                     // Unknown outcome: settle it by reopening (with a healthy store).
                     faulty.set_config(FaultConfig::default());
-                    drop(db);
+                    db.close_without_flush().await;
                     db = KvDb::open(store.clone(), "db", "db", &common::options(false))
                         .await
                         .expect("reopen after a failed commit");
@@ -164,7 +164,7 @@ async fn run(
     }
     *at.lock() = "final: drop the writer".into();
     faulty.set_config(FaultConfig::default());
-    drop(db);
+    db.close_without_flush().await;
     *at.lock() = "final: reopen".into();
     let db = KvDb::open(store.clone(), "db", "db", &common::options(false))
         .await
@@ -177,14 +177,23 @@ async fn run(
     store.close().await.expect("store close");
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 6, max_shrink_iters: 3, ..ProptestConfig::default() })]
+/// Cases per run: 6 in CI, more on demand (`TIERDB_MODEL_CASES`).
+fn cases() -> u32 {
+    std::env::var("TIERDB_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6)
+}
 
-    // Out of CI until fixed: with some fault sequences SlateDB's close of the writer never
-    // finishes (the last case in kv_model.proptest-regressions stalls at "final: close the
-    // writer", in both write modes). Run: cargo test -p tierdb-kv --test kv_model -- --ignored
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 3, ..ProptestConfig::default() })]
+
+    // The saved cases in kv_model.proptest-regressions stalled at "final: close the writer"
+    // until KvDb::close stopped asking SlateDB 0.18's close() for a memtable flush, and
+    // until a handle given up after a failed commit stopped its background tasks
+    // (KvDb::close_without_flush) instead of racing the reopened writer. More cases:
+    // TIERDB_MODEL_CASES=100 cargo test -p tierdb-kv --test kv_model
     #[test]
-    #[ignore = "known stall: the writer's close hangs after some injected store faults"]
     fn kv_matches_a_btreemap_under_store_faults(
         write_back in any::<bool>(),
         seed in any::<u64>(),
