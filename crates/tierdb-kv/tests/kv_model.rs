@@ -63,12 +63,56 @@ fn batch(changes: &[(u8, Option<u8>)]) -> Batch {
     b
 }
 
+/// The shared test options with one retry, so injected faults reach the callers.
+fn model_options(create: bool) -> tierdb_kv::KvOptions {
+    tierdb_kv::KvOptions {
+        store_retries: 1,
+        ..common::options(create)
+    }
+}
+
 async fn contents(db: &KvDb) -> BTreeMap<Bytes, Bytes> {
     db.scan((Bound::Unbounded, Bound::Unbounded), None)
         .await
         .expect("full scan")
         .into_iter()
         .collect()
+}
+
+/// The injected faults: with one retry (see `model_options`), some reach the callers.
+fn faults() -> FaultConfig {
+    FaultConfig {
+        error_before: 0.2,
+        error_after: 0.1,
+        ..FaultConfig::default()
+    }
+}
+
+/// After a commit with an unknown outcome: gives the handle up as a crash would, reopens
+/// on a healthy store and checks the batch is all there or not at all. Returns the new
+/// handle and the model as it now is.
+async fn settle(
+    faulty: &FaultStore,
+    store: &tierdb_store::TieredStore,
+    db: KvDb,
+    model: BTreeMap<Bytes, Bytes>,
+    changes: &[(u8, Option<u8>)],
+) -> (KvDb, BTreeMap<Bytes, Bytes>) {
+    faulty.set_config(FaultConfig::default());
+    db.close_without_flush().await;
+    drop(db);
+    let db = KvDb::open(store.clone(), "db", "db", &model_options(false))
+        .await
+        .expect("reopen after a failed commit");
+    let mut with = model.clone();
+    apply(&mut with, changes);
+    let got = contents(&db).await;
+    assert!(
+        got == model || got == with,
+        "after a failed commit the batch must be all there or not at all"
+    );
+    faulty.set_config(faults());
+    (db, got)
 }
 
 async fn run(
@@ -82,14 +126,10 @@ async fn run(
     let cache = tempfile::tempdir().expect("tempdir");
     let cache_dir = (mode == WriteMode::WriteBack).then(|| cache.path());
     let store = common::over(faulty.clone(), cache_dir, mode).await;
-    let mut db = KvDb::open(store.clone(), "db", "db", &common::options(true))
+    let mut db = KvDb::open(store.clone(), "db", "db", &model_options(true))
         .await
         .expect("create");
-    faulty.set_config(FaultConfig {
-        error_before: 0.03,
-        error_after: 0.03,
-        ..FaultConfig::default()
-    });
+    faulty.set_config(faults());
     let mut model = BTreeMap::new();
     for (i, action) in actions.into_iter().enumerate() {
         *at.lock() = format!("action {i}: {action:?}");
@@ -97,57 +137,39 @@ async fn run(
             Action::Commit(changes) => match db.commit(batch(&changes)).await {
                 Ok(_) => apply(&mut model, &changes),
                 Err(_) => {
-                    // Unknown outcome: settle it by reopening (with a healthy store).
-                    faulty.set_config(FaultConfig::default());
-                    db.close_without_flush().await;
-                    db = KvDb::open(store.clone(), "db", "db", &common::options(false))
-                        .await
-                        .expect("reopen after a failed commit");
-                    let mut with = model.clone();
-                    apply(&mut with, &changes);
-                    let got = contents(&db).await;
-                    assert!(
-                        got == model || got == with,
-                        "after a failed commit the batch must be all there or not at all"
-                    );
-                    model = got;
-                    faulty.set_config(FaultConfig {
-                        error_before: 0.03,
-                        error_after: 0.03,
-                        ..FaultConfig::default()
-                    });
+                    (db, model) = settle(&faulty, &store, db, model, &changes).await;
                 }
             },
             Action::Get(k) => {
-                let got = db.get(&key(k)).await.expect("get");
-                assert_eq!(got.as_ref(), model.get(&key(k)), "get key{k:03}");
+                // A failed read is allowed under faults; a wrong answer is not.
+                if let Ok(got) = db.get(&key(k)).await {
+                    assert_eq!(got.as_ref(), model.get(&key(k)), "get key{k:03}");
+                }
             }
             Action::Scan(a, b) => {
                 let range = (Bound::Included(key(a)), Bound::Excluded(key(b)));
-                let got = db.scan(range.clone(), None).await.expect("scan");
-                let want: Vec<_> = model
-                    .range(range)
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                assert_eq!(got, want, "scan key{a:03}..key{b:03}");
+                if let Ok(got) = db.scan(range.clone(), None).await {
+                    let want: Vec<_> = model
+                        .range(range)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    assert_eq!(got, want, "scan key{a:03}..key{b:03}");
+                }
             }
             Action::Snapshot(changes) => {
                 let snap = db.snapshot().expect("snapshot");
                 let before = model.clone();
-                if db.commit(batch(&changes)).await.is_ok() {
-                    apply(&mut model, &changes);
-                }
+                let committed = db.commit(batch(&changes)).await.is_ok();
                 for (k, _) in &changes {
-                    let got = snap.get(&key(*k)).await.expect("snapshot get");
-                    assert_eq!(got.as_ref(), before.get(&key(*k)), "snapshot isolation");
+                    if let Ok(got) = snap.get(&key(*k)).await {
+                        assert_eq!(got.as_ref(), before.get(&key(*k)), "snapshot isolation");
+                    }
                 }
-                if model != contents(&db).await {
-                    // The commit failed and its outcome is unknown: resync as above.
-                    let mut with = before.clone();
-                    apply(&mut with, &changes);
-                    let got = contents(&db).await;
-                    assert!(got == before || got == with);
-                    model = got;
+                drop(snap);
+                if committed {
+                    apply(&mut model, &changes);
+                } else {
+                    (db, model) = settle(&faulty, &store, db, model, &changes).await;
                 }
             }
             Action::FlushMemtable => {
@@ -155,10 +177,21 @@ async fn run(
             }
             Action::Reopen => {
                 let _ = db.close().await;
-                db = KvDb::open(store.clone(), "db", "db", &common::options(false))
-                    .await
-                    .expect("reopen");
+                db = match KvDb::open(store.clone(), "db", "db", &model_options(false)).await {
+                    Ok(db) => db,
+                    Err(_) => {
+                        // An open may fail under faults; it must succeed on a healthy store.
+                        faulty.set_config(FaultConfig::default());
+                        let db = KvDb::open(store.clone(), "db", "db", &model_options(false))
+                            .await
+                            .expect("reopen on a healthy store");
+                        faulty.set_config(faults());
+                        db
+                    }
+                };
+                faulty.set_config(FaultConfig::default());
                 assert_eq!(contents(&db).await, model, "contents after reopen");
+                faulty.set_config(faults());
             }
         }
     }
@@ -166,7 +199,7 @@ async fn run(
     faulty.set_config(FaultConfig::default());
     db.close_without_flush().await;
     *at.lock() = "final: reopen".into();
-    let db = KvDb::open(store.clone(), "db", "db", &common::options(false))
+    let db = KvDb::open(store.clone(), "db", "db", &model_options(false))
         .await
         .expect("final reopen");
     *at.lock() = "final: full scan".into();
