@@ -15,4 +15,4 @@ source scripts/minio.sh
 trap minio_stop EXIT
 minio_start
 python3 python/torture/torture.py --minutes "$MINUTES" --s3 "$TIERDB_TEST_S3_URL/torture" \
-  --minio-pid "$MINIO_PID" --json "${TORTURE_JSON:-torture.json}" "$@"
+  --minio-pid "$MINIO_PID" --minio-bin "$MINIO_BIN" --json "${TORTURE_JSON:-torture.json}" "$@"

@@ -20,8 +20,15 @@ Scenarios (local directory unless --s3 names a MinIO bucket URL):
       must return every acknowledged batch or fail naming the damage.
   pause-write-through, pause-write-back (need --s3 and --minio-pid)
       a commit stream while MinIO is paused (SIGSTOP) for 1 to 8 s, then resumed, SIGKILLed
-      later: every acknowledged batch must be there. (Restarts of the object store are
-      tested against `tierdb serve` in python/tests/test_sql.py.)
+      later: every acknowledged batch must be there.
+  restart-write-through, restart-write-back (need --minio-bin)
+      a commit stream on a MinIO of the torture's own, which is killed (SIGKILL) for 1 to 10 s
+      and restarted on the same address and data. The writer keeps going or exits non-zero
+      (never hangs); it is SIGKILLed later and every acknowledged batch must be there.
+  full-device (needs root, to mount a 4 MiB tmpfs as the cache device, and --s3/--minio-pid)
+      a write-back stream with a 16 MiB log budget on a 4 MiB device while MinIO is paused, so
+      the log's device fills (ENOSPC); commits fall back to direct puts or fail with a clear
+      error; SIGKILLed later, every acknowledged batch must be there.
   flip-wblog (needs --s3 and --minio-pid: the MinIO process to pause)
       a write-back stream whose uploads are held back by pausing MinIO (SIGSTOP), SIGKILLed;
       one byte flipped in a record that has valid records after it; the next open must refuse
@@ -71,6 +78,8 @@ class Torture:
         self.minio_pid = args.minio_pid
         self.rng = random.Random(args.seed)
         self.work = Path(tempfile.mkdtemp(prefix="tierdb-torture-"))
+        self.minio_bin = args.minio_bin
+        self.own = None  # the MinIO this run starts and restarts: (process, port, data dir)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -309,6 +318,178 @@ class Torture:
         self.judge_scan(o, db, acked, ["--cache-dir", cache, "--write-mode", mode])
         return True
 
+    # -- an object store of our own, to restart -------------------------------------------
+
+    MINIO_ENV = {"MINIO_ROOT_USER": "tortureuser", "MINIO_ROOT_PASSWORD": "torture-secret"}
+
+    def own_env(self):
+        port = self.own[1]
+        env = dict(os.environ)
+        env.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+                   AWS_ACCESS_KEY_ID=self.MINIO_ENV["MINIO_ROOT_USER"],
+                   AWS_SECRET_ACCESS_KEY=self.MINIO_ENV["MINIO_ROOT_PASSWORD"],
+                   AWS_REGION="us-east-1")
+        return env
+
+    def own_start(self, port=None, data=None):
+        import socket
+        import urllib.request
+
+        def free():
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            n = s.getsockname()[1]
+            s.close()
+            return n
+
+        port = port or free()
+        data = data or (self.work / "own-minio")
+        env = dict(os.environ, **self.MINIO_ENV)
+        proc = subprocess.Popen([self.minio_bin, "server", str(data), "--address", f"127.0.0.1:{port}",
+                                 "--console-address", f"127.0.0.1:{free()}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/minio/health/live", timeout=1)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError("the torture's MinIO exited at start")
+                time.sleep(0.1)
+        self.own = (proc, port, data)
+
+    def own_url(self, name):
+        if self.own is None:
+            self.own_start()
+            env = self.own_env()
+            subprocess.run(["curl", "-sf", "-X", "PUT", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
+                            f"{env['AWS_ACCESS_KEY_ID']}:{env['AWS_SECRET_ACCESS_KEY']}",
+                            f"{env['AWS_ENDPOINT_URL']}/torture"], check=True)
+        return f"s3://torture/{name}-{uuid.uuid4().hex[:8]}"
+
+    def store_restart(self, o, mode):
+        """A commit stream while the object store is killed and restarted (same address,
+        same data) after 1 to 10 s."""
+        if not self.minio_bin:
+            return False
+        db = self.own_url(f"restart-{mode}")
+        cache = self.work / f"cache-{uuid.uuid4().hex[:8]}"
+        env = self.own_env()
+        args = [self.bin, "debug", "kv-commit-stream", db, "--create", "--write-mode", mode,
+                "--cache-dir", str(cache), "--cache-bytes", "16MiB", "--count", "100000"]
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] and None, daemon=True).start()
+        acked, killed_at, restarted, down_s = [], None, False, self.rng.uniform(1, 10)
+        deadline = time.time() + HANG_S + 15
+        try:
+            while time.time() < deadline and not (restarted and len(acked) >= 300):
+                try:
+                    line = lines.get(timeout=0.1)
+                    if line.startswith("acked "):
+                        acked.append(int(line.split()[1]))
+                except queue.Empty:
+                    if p.poll() is not None and lines.empty():
+                        break
+                if killed_at is None and len(acked) >= 30:
+                    self.own[0].kill()
+                    self.own[0].wait()
+                    killed_at = time.time()
+                if killed_at and not restarted and time.time() - killed_at > down_s:
+                    self.own_start(self.own[1], self.own[2])
+                    restarted = True
+        finally:
+            if killed_at and not restarted:
+                self.own_start(self.own[1], self.own[2])
+        hung = p.poll() is None and time.time() >= deadline
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=HANG_S)
+        err = p.stderr.read()
+        o.add(cycles=1, acked=len(acked), hangs=int(hung), panics=int(self.panicked(err)))
+        if hung:
+            o.notes.append(f"the writer neither went on nor exited after the restart: {err.strip()[-300:]}")
+        rc, batches, values_ok, err = self.scan_batches_env(db, env, ["--cache-dir", cache, "--write-mode", mode])
+        self.judge(o, rc, batches, values_ok, err, acked)
+        return True
+
+    def scan_batches_env(self, db, env, tier_args):
+        rc, out, err = self.run("kv", "scan", db, "--prefix", "b", *tier_args, env=env)
+        batches, values_ok = {}, True
+        if rc == 0:
+            for line in out.splitlines():
+                k, _, v = line.partition("\t")
+                i = int(k[1:9])
+                batches[i] = batches.get(i, 0) + 1
+                values_ok &= v == f"v{i}"
+        return rc, batches, values_ok, err
+
+    def judge(self, o, rc, batches, values_ok, err, acked):
+        if rc == "hang":
+            o.add(hangs=1)
+            return
+        if self.panicked(err):
+            o.add(panics=1)
+            o.notes.append(err[-400:])
+            return
+        if rc != 0:
+            o.add(wrong=1)
+            o.notes.append(f"scan failed: {err.strip()[-300:]}")
+            return
+        missing = [i for i in acked if i not in batches]
+        half = [i for i, n in batches.items() if n != ROWS]
+        o.add(lost=len(missing), wrong=int(bool(half) or not values_ok))
+        if missing:
+            o.notes.append(f"{len(missing)} acknowledged batches missing, e.g. {missing[:5]}")
+        if half or not values_ok:
+            o.notes.append(f"half-visible batches {half[:5]} or wrong values")
+
+    def full_device(self, o):
+        """Write-back on a cache device too small for its log budget, uploads held back by
+        pausing MinIO, so the log's device fills up."""
+        if not (self.s3 and self.minio_pid) or os.geteuid() != 0:
+            return False
+        dev = self.work / f"dev-{uuid.uuid4().hex[:8]}"
+        dev.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(dev)]).returncode != 0:
+            return False
+        try:
+            db = self.db_url("full")
+            args = [self.bin, "debug", "kv-commit-stream", db, "--create", "--write-mode", "write-back",
+                    "--cache-dir", str(dev), "--cache-bytes", "16MiB", "--memory-bytes", "4MiB",
+                    "--count", "100000", "--dirty-wait-max", "2s"]
+            p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            lines = queue.Queue()
+            threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] and None, daemon=True).start()
+            acked, paused_at, resumed, pause_s = [], None, False, self.rng.uniform(3, 10)
+            deadline = time.time() + HANG_S + 15
+            try:
+                while time.time() < deadline and not (resumed and len(acked) >= 300):
+                    try:
+                        line = lines.get(timeout=0.1)
+                        if line.startswith("acked "):
+                            acked.append(int(line.split()[1]))
+                    except queue.Empty:
+                        if p.poll() is not None and lines.empty():
+                            break
+                    if paused_at is None and len(acked) >= 30:
+                        os.kill(self.minio_pid, signal.SIGSTOP)
+                        paused_at = time.time()
+                    if paused_at and not resumed and time.time() - paused_at > pause_s:
+                        os.kill(self.minio_pid, signal.SIGCONT)
+                        resumed = True
+            finally:
+                if paused_at and not resumed:
+                    os.kill(self.minio_pid, signal.SIGCONT)
+            hung = p.poll() is None and time.time() >= deadline
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=HANG_S)
+            err = p.stderr.read()
+            o.add(cycles=1, acked=len(acked), hangs=int(hung), panics=int(self.panicked(err)))
+            self.judge_scan(o, db, acked, ["--cache-dir", dev, "--write-mode", "write-back"])
+        finally:
+            subprocess.run(["umount", "-l", str(dev)])
+        return True
+
     def flip_wblog(self, o):
         if not (self.s3 and self.minio_pid):
             return False
@@ -355,11 +536,13 @@ def main():
     ap.add_argument("--minutes", type=float, default=5)
     ap.add_argument("--s3", help="run the KV scenarios on this s3:// URL (MinIO) instead of a local directory")
     ap.add_argument("--minio-pid", type=int, help="MinIO's pid, to pause it (flip-wblog)")
+    ap.add_argument("--minio-bin", help="a MinIO binary, to start and restart a MinIO of this run's own")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--json", help="write the counts here")
     ap.add_argument("--scenarios", default="kill9-write-through,kill9-write-back,start-race,"
                                            "flip-segment,flip-manifest,flip-sst,flip-wblog,"
-                                           "pause-write-through,pause-write-back")
+                                           "pause-write-through,pause-write-back,restart-write-through,"
+                                           "restart-write-back,full-device")
     args = ap.parse_args()
     if not os.path.exists(args.bin):
         sys.exit(f"error: {args.bin} not found; build it (cargo build) or pass --bin")
@@ -376,6 +559,9 @@ def main():
         "flip-wblog": t.flip_wblog,
         "pause-write-through": lambda o: t.store_pause(o, "write-through"),
         "pause-write-back": lambda o: t.store_pause(o, "write-back"),
+        "restart-write-through": lambda o: t.store_restart(o, "write-through"),
+        "restart-write-back": lambda o: t.store_restart(o, "write-back"),
+        "full-device": t.full_device,
     }
     unknown = [n for n in names if n not in runners]
     if unknown:
@@ -411,6 +597,8 @@ def main():
                        "elapsed_s": round(time.time() - started, 1)}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
+    if t.own is not None:
+        t.own[0].kill()
     sys.exit(1 if any(outcomes[n].bad() for n in names) else 0)
 
 
