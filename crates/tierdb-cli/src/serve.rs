@@ -250,22 +250,21 @@ impl SimpleQueryHandler for Queries {
         if statements.is_empty() {
             return Ok(vec![Response::EmptyQuery]);
         }
-        let mut out = Vec::with_capacity(statements.len());
-        for stmt in statements {
-            match engine.execute(stmt).await {
-                Ok(r) => out.push(to_response(r)?),
-                Err(e) => {
-                    // Like PostgreSQL: the failing statement ends the query string.
-                    out.push(match engine.tables().failure() {
-                        Some(why) => {
-                            self.database.recover(&engine, &why);
-                            unavailable(&e, &why)
-                        }
-                        None => error_response(&e),
-                    });
-                    break;
+        // One query string of INSERTs is one implicit transaction (SqlEngine::run).
+        let (results, error) = engine.run(statements).await;
+        let mut out = Vec::with_capacity(results.len() + 1);
+        for r in results {
+            out.push(to_response(r)?);
+        }
+        if let Some(e) = error {
+            // Like PostgreSQL: the failing statement ends the query string.
+            out.push(match engine.tables().failure() {
+                Some(why) => {
+                    self.database.recover(&engine, &why);
+                    unavailable(&e, &why)
                 }
-            }
+                None => error_response(&e),
+            });
         }
         Ok(out)
     }

@@ -254,12 +254,16 @@ pub async fn run_sql(args: SqlArgs) -> CliResult {
 }
 
 async fn run_script(engine: &SqlEngine, sql: &str, format: OutputFormat) -> CliResult {
+    // Like `psql -c`: one string of INSERTs is one implicit transaction (SqlEngine::run).
     let statements = engine.parse(sql).map_err(|e| e.to_string())?;
-    for stmt in statements {
-        let r = engine.execute(stmt).await.map_err(|e| e.to_string())?;
-        print_result(&r, format)?;
+    let (results, error) = engine.run(statements).await;
+    for r in &results {
+        print_result(r, format)?;
     }
-    Ok(())
+    match error {
+        Some(e) => Err(e.to_string()),
+        None => Ok(()),
+    }
 }
 
 /// Reads statements ending in `;` from standard input; errors are printed and the shell

@@ -31,7 +31,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use parking_lot::RwLock;
 
 use crate::catalog::{SegmentMeta, TableDef};
-use crate::tables::Tables;
+use crate::tables::{PendingWrite, Tables};
 use crate::write::{sorted_plan, write_stream};
 
 /// The object store URL segments are read through (registered on every session).
@@ -328,7 +328,16 @@ impl TableProvider for TierTable {
     }
 }
 
-/// INSERT's sink: writes segments, then commits them all at once.
+/// Set on a statement's session config to collect its INSERTs' written segments instead of
+/// committing them: the caller commits them all at once ([`Tables::commit_writes`]) or
+/// discards them.
+#[derive(Debug, Default)]
+pub struct DeferredWrites {
+    pub writes: parking_lot::Mutex<Vec<PendingWrite>>,
+}
+
+/// INSERT's sink: writes segments, then commits them all at once (or leaves the commit to
+/// the statement's transaction, see [`DeferredWrites`]).
 #[derive(Debug)]
 struct TierSink {
     tables: Arc<Tables>,
@@ -352,10 +361,19 @@ impl DataSink for TierSink {
     async fn write_all(
         &self,
         data: SendableRecordBatchStream,
-        _context: &Arc<TaskContext>,
+        context: &Arc<TaskContext>,
     ) -> DfResult<u64> {
         let segments = write_stream(&self.tables, &self.def, data, &|_| {}).await?;
         let rows = segments.iter().map(|s| s.rows).sum();
+        if let Some(deferred) = context.session_config().get_extension::<DeferredWrites>() {
+            // Part of a larger transaction: its commit makes these rows visible.
+            deferred.writes.lock().push(PendingWrite {
+                table: self.def.clone(),
+                segments,
+                replace: self.replace,
+            });
+            return Ok(rows);
+        }
         if let Err(e) = self
             .tables
             .commit_segments(&self.def, segments.clone(), self.replace)

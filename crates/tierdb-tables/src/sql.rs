@@ -23,7 +23,9 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 
 use crate::catalog::{ColumnDef, ColumnType};
 use crate::error::{Result, TableError};
-use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema, TierTable};
+use crate::provider::{
+    DeferredWrites, STORE_URL, ScanCounters, ScanOptions, TierSchema, TierTable,
+};
 use crate::tables::{NewTable, Tables};
 
 pub const CATALOG: &str = "tierdb";
@@ -165,17 +167,68 @@ impl SqlEngine {
             .collect())
     }
 
-    /// Runs every statement of `sql` in order, stopping at the first error.
+    /// Runs every statement of `sql` in order, stopping at the first error (see
+    /// [`SqlEngine::run`] for which query strings are one transaction).
     pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
-        let mut out = Vec::new();
-        for stmt in self.parse(sql)? {
-            out.push(self.execute(stmt).await?);
+        let (out, error) = self.run(self.parse(sql)?).await;
+        match error {
+            Some(e) => Err(e),
+            None => Ok(out),
         }
-        Ok(out)
     }
 
-    /// Runs one statement.
-    pub async fn execute(&self, mut stmt: DfStatement) -> Result<StatementResult> {
+    /// Runs statements in order, stopping at the first error; returns the results of the
+    /// statements that ran and that error.
+    ///
+    /// Several statements that are all `INSERT … VALUES` are one implicit transaction, as in
+    /// PostgreSQL: their rows are committed together in one atomic catalog commit after the
+    /// last one, and if any fails (or the commit does) none is committed and the segments
+    /// already written are deleted. Other statement mixes run one commit per statement
+    /// (transactions over DDL and reads of a transaction's own writes: docs/design/tables.md).
+    pub async fn run(
+        &self,
+        statements: Vec<DfStatement>,
+    ) -> (Vec<StatementResult>, Option<TableError>) {
+        let atomic = statements.len() > 1 && statements.iter().all(is_insert_values);
+        let deferred = atomic.then(|| Arc::new(DeferredWrites::default()));
+        let mut out = Vec::with_capacity(statements.len());
+        for stmt in statements {
+            match self.execute_in(stmt, deferred.clone()).await {
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    if let Some(d) = &deferred {
+                        let pending = std::mem::take(&mut *d.writes.lock());
+                        let segments: Vec<_> =
+                            pending.into_iter().flat_map(|w| w.segments).collect();
+                        self.tables.discard(&segments).await;
+                    }
+                    return (out, Some(e));
+                }
+            }
+        }
+        if let Some(d) = deferred {
+            let pending = std::mem::take(&mut *d.writes.lock());
+            let segments: Vec<_> = pending.iter().flat_map(|w| w.segments.clone()).collect();
+            if let Err(e) = self.tables.commit_writes(pending).await {
+                self.tables.discard(&segments).await;
+                return (out, Some(e));
+            }
+        }
+        (out, None)
+    }
+
+    /// Runs one statement (committing what it writes).
+    pub async fn execute(&self, stmt: DfStatement) -> Result<StatementResult> {
+        self.execute_in(stmt, None).await
+    }
+
+    /// Runs one statement; with `deferred`, an INSERT's rows are written but left for the
+    /// caller to commit.
+    async fn execute_in(
+        &self,
+        mut stmt: DfStatement,
+        deferred: Option<Arc<DeferredWrites>>,
+    ) -> Result<StatementResult> {
         self.schema.refresh().await?;
         let mut keys = None;
         if let DfStatement::Statement(s) = &mut stmt
@@ -208,7 +261,14 @@ impl SqlEngine {
             ))),
             plan => {
                 let insert = matches!(plan, LogicalPlan::Dml(_));
-                let df = self.ctx.execute_logical_plan(plan).await?;
+                let df = match (&deferred, insert) {
+                    (Some(d), true) => {
+                        let mut state = self.ctx.state();
+                        state.config_mut().set_extension(d.clone());
+                        datafusion::dataframe::DataFrame::new(state, plan)
+                    }
+                    _ => self.ctx.execute_logical_plan(plan).await?,
+                };
                 let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
                 let batches = df.collect().await?;
                 if insert {
@@ -312,6 +372,24 @@ impl SqlEngine {
             }
         }
     }
+}
+
+/// Whether a statement is an `INSERT … VALUES`: it reads no table, so deferring the
+/// commit of earlier INSERTs cannot change what it writes.
+fn is_insert_values(stmt: &DfStatement) -> bool {
+    let DfStatement::Statement(s) = stmt else {
+        return false;
+    };
+    let SqlStatement::Insert(ins) = s.as_ref() else {
+        return false;
+    };
+    ins.source.as_ref().is_some_and(|q| {
+        q.with.is_none()
+            && matches!(
+                q.body.as_ref(),
+                datafusion::sql::sqlparser::ast::SetExpr::Values(_)
+            )
+    })
 }
 
 /// The row count an INSERT plan returns (one UInt64 "count" value).

@@ -192,39 +192,63 @@ impl Tables {
     pub async fn commit_segments(
         &self,
         table: &TableDef,
-        mut segments: Vec<SegmentMeta>,
+        segments: Vec<SegmentMeta>,
         replace: bool,
     ) -> Result<Vec<SegmentMeta>> {
+        let mut done = self
+            .commit_writes(vec![PendingWrite {
+                table: table.clone(),
+                segments,
+                replace,
+            }])
+            .await?;
+        Ok(done.pop().map(|w| w.segments).unwrap_or_default())
+    }
+
+    /// Commits several tables' written segments in one atomic catalog commit: a reader sees
+    /// all of them or none. Fails, committing nothing, if any table was dropped or replaced
+    /// meanwhile. Returns the writes with their segments' assigned ids.
+    pub async fn commit_writes(&self, mut writes: Vec<PendingWrite>) -> Result<Vec<PendingWrite>> {
         let kv = self.kv_writer()?;
         let _guard = self.commit_lock.lock().await;
-        match self.table(&table.name).await? {
-            Some(now) if now.id == table.id => {}
-            _ => {
-                return Err(TableError::NoTable(format!(
-                    "{} (it was dropped while rows were being written; nothing was committed)",
-                    table.name
-                )));
+        for w in &writes {
+            match self.table(&w.table.name).await? {
+                Some(now) if now.id == w.table.id => {}
+                _ => {
+                    return Err(TableError::NoTable(format!(
+                        "{} (it was dropped while rows were being written; nothing was committed)",
+                        w.table.name
+                    )));
+                }
             }
         }
         let mut next = catalog::next_id(self.reader.as_ref()).await?;
         let mut b = CatalogBatch::default();
-        let replaced = if replace {
-            self.segments(table).await?
-        } else {
-            Vec::new()
-        };
-        for s in &replaced {
-            b.delete_segment(table.id, s.id);
-        }
-        for s in &mut segments {
-            s.id = next;
-            next += 1;
-            b.put_segment(table.id, s);
+        let mut replaced = Vec::new();
+        for i in 0..writes.len() {
+            let (w, later) = writes[i..].split_first_mut().expect("i < len");
+            if later.iter().any(|l| l.replace && l.table.id == w.table.id) {
+                // An INSERT OVERWRITE later in this commit replaces these rows too.
+                replaced.append(&mut w.segments);
+                continue;
+            }
+            if w.replace {
+                let current = self.segments(&w.table).await?;
+                for s in &current {
+                    b.delete_segment(w.table.id, s.id);
+                }
+                replaced.extend(current);
+            }
+            for s in &mut w.segments {
+                s.id = next;
+                next += 1;
+                b.put_segment(w.table.id, s);
+            }
         }
         b.set_next_id(next);
         kv.commit(b.batch).await?;
         self.discard(&replaced).await;
-        Ok(segments)
+        Ok(writes)
     }
 
     /// Deletes segment files that no commit references (an aborted load's, a dropped
@@ -246,4 +270,13 @@ impl Tables {
             }
         }
     }
+}
+
+/// Rows written to a table's segments (uploaded), waiting for their catalog commit.
+#[derive(Debug, Clone)]
+pub struct PendingWrite {
+    pub table: TableDef,
+    pub segments: Vec<SegmentMeta>,
+    /// INSERT OVERWRITE: the table's committed segments leave it in the same commit.
+    pub replace: bool,
 }

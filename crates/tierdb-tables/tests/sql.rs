@@ -495,3 +495,56 @@ async fn tables_survive_a_reopen() {
     let e = engine_on(capacity, 1000).await;
     assert_eq!(rows(&e, "SELECT k FROM r").await, [["1"], ["2"]]);
 }
+
+/// A query string of INSERT … VALUES statements is one implicit transaction, as in
+/// PostgreSQL: a failing statement commits none of them and leaves no segment behind;
+/// INSERT OVERWRITE later in the string replaces the rows of earlier ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_string_of_inserts_is_one_transaction() {
+    let (e, capacity) = engine(1000).await;
+    e.sql("CREATE TABLE a (x BIGINT NOT NULL); CREATE TABLE b (y INT NOT NULL)")
+        .await
+        .unwrap();
+    e.sql("INSERT INTO a VALUES (1)").await.unwrap();
+
+    let statements = e
+        .parse("INSERT INTO a VALUES (2); INSERT INTO b VALUES (20); INSERT INTO b VALUES ('not a number')")
+        .unwrap();
+    let (done, error) = e.run(statements).await;
+    assert_eq!(done.len(), 2, "the statements before the failing one ran");
+    assert!(error.is_some(), "the third statement fails");
+    assert_eq!(
+        rows(&e, "SELECT x FROM a ORDER BY x").await,
+        vec![vec!["1"]]
+    );
+    assert!(rows(&e, "SELECT y FROM b").await.is_empty());
+    // The failed transaction's segments were deleted (only catalog commits may remain).
+    let segment_files = |c: Arc<InMemory>| async move {
+        c.list(None)
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.location.as_ref().ends_with(".parquet"))
+            .count()
+    };
+    assert_eq!(
+        segment_files(capacity.clone()).await,
+        1,
+        "one segment: the row 1"
+    );
+
+    e.sql(
+        "INSERT INTO a VALUES (3); INSERT INTO b VALUES (30), (31); INSERT OVERWRITE a VALUES (4)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rows(&e, "SELECT x FROM a ORDER BY x").await,
+        vec![vec!["4"]]
+    );
+    assert_eq!(
+        rows(&e, "SELECT y FROM b ORDER BY y").await,
+        vec![vec!["30"], vec!["31"]]
+    );
+}
