@@ -1,0 +1,306 @@
+//! Two-phase commit: oid allocation, vote (conflicts, data, undo), finish and abort.
+
+use super::*;
+
+/// Oids reserved per durable reservation.
+const OID_BLOCK: u64 = 128;
+
+impl VersionedStore {
+    /// A new object id, never handed out before (oids are reserved durably in blocks, so a
+    /// crash can leave gaps but never reuse one).
+    pub async fn new_oid(&self) -> Result<Oid> {
+        if self.kv.is_read_only() {
+            return Err(ObjError::ReadOnly {
+                db: self.kv.name().to_string(),
+            });
+        }
+        loop {
+            {
+                let mut next = self.next_oid.lock();
+                let reserved = self.meta.lock().oid_reserved;
+                if *next < reserved {
+                    let oid = Oid(*next);
+                    *next += 1;
+                    return Ok(oid);
+                }
+            }
+            let _lock = self.commit.lock().await;
+            let mut meta = *self.meta.lock();
+            if *self.next_oid.lock() < meta.oid_reserved {
+                continue;
+            }
+            meta.oid_reserved += OID_BLOCK;
+            let mut b = Batch::new();
+            b.put(records::meta_key(), meta.encode());
+            self.kv.commit(b).await?;
+            *self.meta.lock() = meta;
+        }
+    }
+
+    /// Makes sure oids up to `oid` are never handed out (after storing a client-chosen oid).
+    pub(super) fn note_oid(meta: &mut Meta, oid: Oid) {
+        meta.oid_reserved = meta.oid_reserved.max(oid.0.saturating_add(1));
+    }
+
+    /// Adds the data records for `data` to `batch` unless already stored; returns its hash.
+    pub(super) async fn stage_data(
+        &self,
+        data: &[u8],
+        batch: &mut Batch,
+        staged: &mut BTreeSet<Hash>,
+    ) -> Result<Hash> {
+        self.stage_data_counted(data, batch, staged, None).await
+    }
+
+    /// [`Self::stage_data`], adding to `counts` when given.
+    pub(super) async fn stage_data_counted(
+        &self,
+        data: &[u8],
+        batch: &mut Batch,
+        staged: &mut BTreeSet<Hash>,
+        counts: Option<&mut RestoreStats>,
+    ) -> Result<Hash> {
+        let h = *blake3::hash(data).as_bytes();
+        let mut counts = counts;
+        if let Some(c) = counts.as_deref_mut() {
+            c.records += 1;
+            c.logical_bytes += data.len() as u64;
+        }
+        if staged.contains(&h) || self.kv.get(&records::data_key(&h)).await?.is_some() {
+            return Ok(h);
+        }
+        staged.insert(h);
+        let compressed = with_compressor(|c| c.compress(data))
+            .map_err(|e| ObjError::Invalid(format!("zstd: {e}")))?;
+        let (codec, stored) = if compressed.len() < data.len() {
+            (1, Bytes::from(compressed))
+        } else {
+            (0, Bytes::copy_from_slice(data))
+        };
+        let stored_len = stored.len() as u64;
+        let rec = if stored.len() <= INLINE_MAX {
+            DataRecord {
+                codec,
+                raw_len: data.len() as u64,
+                inline: stored,
+                chunks: 0,
+            }
+        } else {
+            let mut n = 0u32;
+            for chunk in stored.chunks(CHUNK_BYTES) {
+                batch.put(records::chunk_key(&h, n), Bytes::copy_from_slice(chunk));
+                n += 1;
+            }
+            DataRecord {
+                codec,
+                raw_len: data.len() as u64,
+                inline: Bytes::new(),
+                chunks: n,
+            }
+        };
+        if let Some(c) = counts {
+            c.new_bytes += data.len() as u64;
+            c.new_stored_bytes += stored_len;
+        }
+        batch.put(records::data_key(&h), rec.encode());
+        Ok(h)
+    }
+
+    /// The second phase's first half: takes the commit lock, checks conflicts and
+    /// read-current serials, resolves undos, writes the data durably and assigns the tid.
+    pub async fn vote(&self, txn: Txn) -> Result<Voted> {
+        if self.kv.is_read_only() {
+            return Err(ObjError::ReadOnly {
+                db: self.kv.name().to_string(),
+            });
+        }
+        let lock = self.commit.clone().lock_owned().await;
+        let last = self.last_tid();
+        let tid = match txn.restore {
+            Some(t) if t <= last => {
+                return Err(ObjError::Invalid(format!(
+                    "restore of transaction {t}: the store's last transaction is {last}; \
+                     transactions must be copied in tid order"
+                )));
+            }
+            Some(t) => t,
+            None => match txn.clock {
+                Some(secs) => Tid::from_unix(secs).max(Tid(last.0 + 1)),
+                None => Tid::next_after(last),
+            },
+        };
+        for (&oid, &read) in &txn.read_current {
+            let committed = self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t);
+            if committed != read {
+                return Err(ObjError::ReadConflict {
+                    oid,
+                    committed,
+                    read,
+                });
+            }
+        }
+        let mut data_batch = Batch::new();
+        let mut staged = BTreeSet::new();
+        let mut revisions = BTreeMap::new();
+        for (&oid, (serial, data)) in &txn.stores {
+            let current = self.current(oid).await?;
+            let committed = current.map_or(Tid::ZERO, |(t, _)| t);
+            if committed != *serial {
+                return Err(ObjError::Conflict {
+                    oid,
+                    committed,
+                    old: *serial,
+                });
+            }
+            let hash = match data {
+                Some(d) => Some(self.stage_data(d, &mut data_batch, &mut staged).await?),
+                None => None,
+            };
+            revisions.insert(
+                oid,
+                Revision {
+                    data: hash,
+                    data_txn: None,
+                    prev: committed,
+                    blob: self.upload_blob(&txn, oid, tid).await?,
+                },
+            );
+        }
+        for (&oid, (data, data_txn)) in &txn.restored {
+            let prev = self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t);
+            let (hash, blob) = match (data, data_txn) {
+                (Some(d), _) => (
+                    Some(self.stage_data(d, &mut data_batch, &mut staged).await?),
+                    self.upload_blob(&txn, oid, tid).await?,
+                ),
+                (None, Some(from)) => match self.revision(oid, *from).await? {
+                    Some(r) => (r.data, r.blob),
+                    None => (None, None),
+                },
+                (None, None) => (None, None),
+            };
+            revisions.insert(
+                oid,
+                Revision {
+                    data: hash,
+                    data_txn: *data_txn,
+                    prev,
+                    blob,
+                },
+            );
+        }
+        let explicit: BTreeSet<Oid> = txn.stores.keys().copied().collect();
+        for &undone in &txn.undos {
+            self.stage_undo(undone, &mut revisions, &explicit).await?;
+        }
+        if !data_batch.is_empty() {
+            self.kv.commit(data_batch).await?;
+        }
+        Ok(Voted {
+            tid,
+            revisions,
+            meta: txn.meta,
+            _lock: lock,
+        })
+    }
+
+    /// Uploads the blob file the transaction gives for `oid`, if any; returns its hash.
+    pub(super) async fn upload_blob(&self, txn: &Txn, oid: Oid, tid: Tid) -> Result<Option<Hash>> {
+        let Some(file) = txn.blobs.get(&oid) else {
+            return Ok(None);
+        };
+        self.blobs
+            .upload(file)
+            .await
+            .map(Some)
+            .map_err(|reason| ObjError::Blob { oid, tid, reason })
+    }
+
+    /// Undo of `undone`: each object it wrote goes back to its revision before `undone`,
+    /// provided no later transaction changed it (or changed it back to the same data).
+    pub(super) async fn stage_undo(
+        &self,
+        undone: Tid,
+        revisions: &mut BTreeMap<Oid, Revision>,
+        explicit: &BTreeSet<Oid>,
+    ) -> Result<()> {
+        self.txn_record(undone).await?;
+        let wrote = self
+            .kv
+            .scan(prefix(records::wrote_prefix(undone)), None)
+            .await?;
+        for (k, _) in wrote {
+            let Some((_, oid)) = records::parse_wrote_key(&k) else {
+                continue;
+            };
+            if explicit.contains(&oid) {
+                // The transaction stores this object itself (a resolved undo conflict).
+                continue;
+            }
+            let Some(rev) = self.revision(oid, undone).await? else {
+                continue;
+            };
+            let (cur_tid, cur) = self
+                .current(oid)
+                .await?
+                .ok_or(ObjError::Undo { tid: undone, oid })?;
+            let pending = revisions.get(&oid);
+            let current_data = pending.map_or(cur.data, |r| r.data);
+            if cur_tid != undone && current_data != rev.data {
+                return Err(ObjError::Undo { tid: undone, oid });
+            }
+            let before = match rev.prev {
+                Tid::ZERO => None,
+                p => Some((p, self.revision(oid, p).await?)),
+            };
+            let (data, data_txn, blob) = match before {
+                Some((p, Some(r))) => (r.data, Some(r.data_txn.unwrap_or(p)), r.blob),
+                _ => (None, None, None),
+            };
+            revisions.insert(
+                oid,
+                Revision {
+                    data,
+                    data_txn,
+                    prev: cur_tid,
+                    blob,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Commits a voted transaction: one durable key-value commit. Returns its tid.
+    pub async fn finish(&self, voted: Voted) -> Result<Tid> {
+        let mut meta = *self.meta.lock();
+        let mut b = Batch::new();
+        for (&oid, rev) in &voted.revisions {
+            b.put(records::rev_key(oid, voted.tid), rev.encode());
+            if meta.heads {
+                b.put(records::head_key(oid), records::encode_head(voted.tid, rev));
+            }
+            b.put(records::wrote_key(voted.tid, oid), Bytes::new());
+            Self::note_oid(&mut meta, oid);
+        }
+        let record = TxnRecord {
+            status: b' ',
+            meta: voted.meta.clone(),
+        };
+        b.put(records::txn_key(voted.tid), record.encode());
+        meta.last_tid = voted.tid;
+        b.put(records::meta_key(), meta.encode());
+        self.kv.commit(b).await?;
+        *self.meta.lock() = meta;
+        // Oids the transaction chose itself (restore, imports) are never handed out later.
+        if let Some(max) = voted.revisions.keys().next_back() {
+            let mut next = self.next_oid.lock();
+            *next = (*next).max(max.0.saturating_add(1));
+        }
+        Ok(voted.tid)
+    }
+
+    /// Abandons a voted transaction (its staged data is collected by the next pack).
+    pub fn abort(&self, voted: Voted) {
+        drop(voted);
+    }
+}

@@ -1,0 +1,368 @@
+//! [`VersionedStore`]: every revision of every object. This module opens the store and
+//! loads; its children hold the rest, one concern each.
+
+mod commit;
+mod iter;
+mod pack;
+mod restore;
+mod txn;
+mod verify;
+
+pub use iter::{DataRecordInfo, TransactionInfo};
+pub use pack::{PackStats, References};
+pub use restore::RestoreStats;
+pub use txn::{Txn, Voted};
+pub use verify::{StoreStats, VerifyReport};
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tierdb_kv::{Batch, KvDb, KvRead, KvReplica, prefix_end};
+
+use crate::blobs::Blobs;
+use crate::error::{ObjError, Result};
+use crate::handle::KvHandle;
+use crate::ids::{Oid, Tid};
+use crate::records::{self, DataRecord, Hash, Meta, Revision, TxnMeta, TxnRecord};
+
+/// Data up to this size is stored inside its data record; larger data is split.
+pub const INLINE_MAX: usize = 256 << 10;
+/// Size of the chunks a large record's compressed bytes are split into.
+pub const CHUNK_BYTES: usize = 1 << 20;
+fn prefix(p: Bytes) -> (Bound<Bytes>, Bound<Bytes>) {
+    let end = prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded);
+    (Bound::Included(p), end)
+}
+
+/// One revision as history shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub tid: Tid,
+    pub size: u64,
+    pub txn: TxnRecord,
+}
+
+/// The versioned transactional object store on one key-value database.
+#[derive(Debug)]
+pub struct VersionedStore {
+    kv: KvHandle,
+    blobs: Blobs,
+    meta: parking_lot::Mutex<Meta>,
+    next_oid: parking_lot::Mutex<u64>,
+    commit: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl VersionedStore {
+    /// Opens the object store kept in `kv` (an empty database becomes an empty store).
+    pub async fn open(kv: Arc<KvDb>) -> Result<Self> {
+        let root = kv.path().to_string();
+        Self::open_handle(KvHandle::Writer(kv), &root).await
+    }
+
+    /// Opens the object store of the database at `path` read-only, through a follower of
+    /// its writer: nothing is written and no writer is fenced. [`Self::refresh`] catches up.
+    pub async fn open_read_only(replica: Arc<KvReplica>, path: &str) -> Result<Self> {
+        Self::open_handle(KvHandle::Reader(replica), path).await
+    }
+
+    async fn open_handle(kv: KvHandle, root: &str) -> Result<Self> {
+        let key = records::meta_key();
+        let meta = match kv.get(&key).await? {
+            Some(v) => Meta::decode(&key, &v)?,
+            None => Meta {
+                heads: true,
+                ..Meta::default()
+            },
+        };
+        Ok(VersionedStore {
+            // Oid 0 is the root, which the database creates itself: never hand it out.
+            next_oid: parking_lot::Mutex::new(meta.oid_reserved.max(1)),
+            meta: parking_lot::Mutex::new(meta),
+            blobs: Blobs::new(kv.store().clone(), root),
+            kv,
+            commit: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    }
+
+    pub fn kv(&self) -> &KvHandle {
+        &self.kv
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.kv.is_read_only()
+    }
+
+    /// A read-only open: re-reads the store's state (the last transaction) as the follower
+    /// now sees it. Returns the last tid. The writer's own state is always current.
+    pub async fn refresh(&self) -> Result<Tid> {
+        if self.kv.is_read_only() {
+            let key = records::meta_key();
+            if let Some(v) = self.kv.get(&key).await? {
+                *self.meta.lock() = Meta::decode(&key, &v)?;
+            }
+        }
+        Ok(self.last_tid())
+    }
+
+    /// The tid of the last committed transaction (`Tid::ZERO` when empty).
+    pub fn last_tid(&self) -> Tid {
+        self.meta.lock().last_tid
+    }
+
+    async fn current(&self, oid: Oid) -> Result<Option<(Tid, Revision)>> {
+        if self.meta.lock().heads {
+            let key = records::head_key(oid);
+            return match self.kv.get(&key).await? {
+                Some(v) => Ok(Some(records::decode_head(&key, &v)?)),
+                None => Ok(None),
+            };
+        }
+        let got = self
+            .kv
+            .scan_desc(prefix(records::rev_prefix(oid)), Some(1))
+            .await?;
+        match got.first() {
+            Some((k, v)) => {
+                let (_, tid) = records::parse_rev_key(k).ok_or_else(|| ObjError::Damaged {
+                    key: format!("{k:?}"),
+                    reason: "not a revision key".into(),
+                })?;
+                Ok(Some((tid, Revision::decode(k, v)?)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn revision(&self, oid: Oid, tid: Tid) -> Result<Option<Revision>> {
+        let key = records::rev_key(oid, tid);
+        match self.kv.get(&key).await? {
+            Some(v) => Ok(Some(Revision::decode(&key, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The current data and serial of `oid`.
+    pub async fn load(&self, oid: Oid) -> Result<(Bytes, Tid)> {
+        match self.current(oid).await? {
+            Some((tid, Revision { data: Some(h), .. })) => Ok((self.read_data(&h).await?, tid)),
+            _ => Err(ObjError::NotFound { oid, at: None }),
+        }
+    }
+
+    /// The revision of `oid` current just before `tid`: (data, its tid, the tid of the next
+    /// revision if any). `None` if the object had no data then.
+    pub async fn load_before(
+        &self,
+        oid: Oid,
+        tid: Tid,
+    ) -> Result<Option<(Bytes, Tid, Option<Tid>)>> {
+        // The common case, a read as of a recent snapshot: the current revision is older.
+        if let Some((start, rev)) = self.current(oid).await?
+            && start < tid
+        {
+            return match rev.data {
+                Some(h) => Ok(Some((self.read_data(&h).await?, start, None))),
+                None => Ok(None),
+            };
+        }
+        let lo = records::rev_prefix(oid);
+        let range = (
+            Bound::Included(lo.clone()),
+            Bound::Excluded(records::rev_key(oid, tid)),
+        );
+        let got = self.kv.scan_desc(range, Some(1)).await?;
+        let Some((k, v)) = got.first() else {
+            return Ok(None);
+        };
+        let (_, start) = records::parse_rev_key(k).ok_or_else(|| ObjError::Damaged {
+            key: format!("{k:?}"),
+            reason: "not a revision key".into(),
+        })?;
+        let rev = Revision::decode(k, v)?;
+        let next = self
+            .kv
+            .scan(
+                (Bound::Included(records::rev_key(oid, tid)), prefix(lo).1),
+                Some(1),
+            )
+            .await?
+            .first()
+            .and_then(|(k, _)| records::parse_rev_key(k))
+            .map(|(_, t)| t);
+        match rev.data {
+            Some(h) => Ok(Some((self.read_data(&h).await?, start, next))),
+            None => Ok(None),
+        }
+    }
+
+    /// The data of `oid`'s revision `serial`.
+    pub async fn load_serial(&self, oid: Oid, serial: Tid) -> Result<Bytes> {
+        match self.revision(oid, serial).await? {
+            Some(Revision { data: Some(h), .. }) => self.read_data(&h).await,
+            Some(_) => Err(ObjError::NotFound {
+                oid,
+                at: Some(serial),
+            }),
+            None => Err(ObjError::NoRevision { oid, serial }),
+        }
+    }
+
+    /// Up to `size` revisions of `oid`, newest first.
+    pub async fn history(&self, oid: Oid, size: usize) -> Result<Vec<HistoryEntry>> {
+        let revs = self
+            .kv
+            .scan_desc(prefix(records::rev_prefix(oid)), Some(size.max(1)))
+            .await?;
+        if revs.is_empty() {
+            return Err(ObjError::NotFound { oid, at: None });
+        }
+        let mut out = Vec::with_capacity(revs.len());
+        for (k, v) in revs {
+            let Some((_, tid)) = records::parse_rev_key(&k) else {
+                continue;
+            };
+            let rev = Revision::decode(&k, &v)?;
+            let size = match rev.data {
+                Some(h) => self.data_record(&h).await?.raw_len,
+                None => 0,
+            };
+            out.push(HistoryEntry {
+                tid,
+                size,
+                txn: self.txn_record(tid).await?,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn txn_record(&self, tid: Tid) -> Result<TxnRecord> {
+        let key = records::txn_key(tid);
+        match self.kv.get(&key).await? {
+            Some(v) => TxnRecord::decode(&key, &v),
+            None => Err(ObjError::NoTransaction { tid }),
+        }
+    }
+
+    async fn data_record(&self, h: &Hash) -> Result<DataRecord> {
+        let key = records::data_key(h);
+        match self.kv.get(&key).await? {
+            Some(v) => DataRecord::decode(&key, &v),
+            None => Err(ObjError::Damaged {
+                key: format!("d{}", hex(h)),
+                reason: "a revision names data that is missing".into(),
+            }),
+        }
+    }
+
+    /// Reads and decompresses a data record, checking its hash.
+    pub async fn read_data(&self, h: &Hash) -> Result<Bytes> {
+        let rec = self.data_record(h).await?;
+        let stored = if rec.chunks == 0 {
+            rec.inline.clone()
+        } else {
+            let mut all = Vec::new();
+            for n in 0..rec.chunks {
+                let key = records::chunk_key(h, n);
+                let chunk = self.kv.get(&key).await?.ok_or_else(|| ObjError::Damaged {
+                    key: format!("c{}/{n}", hex(h)),
+                    reason: "missing chunk of a large record".into(),
+                })?;
+                all.extend_from_slice(&chunk);
+            }
+            Bytes::from(all)
+        };
+        let raw = match rec.codec {
+            0 => stored,
+            _ => Bytes::from(
+                with_decompressor(|d| d.decompress(&stored, rec.raw_len as usize)).map_err(
+                    |e| ObjError::Damaged {
+                        key: format!("d{}", hex(h)),
+                        reason: format!("cannot decompress: {e}"),
+                    },
+                )?,
+            ),
+        };
+        if raw.len() as u64 != rec.raw_len || *blake3::hash(&raw).as_bytes() != *h {
+            return Err(ObjError::Damaged {
+                key: format!("d{}", hex(h)),
+                reason: "data does not match its hash".into(),
+            });
+        }
+        Ok(raw)
+    }
+
+    /// The hash of the blob of `oid`'s revision `serial`.
+    pub async fn blob_of(&self, oid: Oid, serial: Tid) -> Result<[u8; 32]> {
+        match self.revision(oid, serial).await? {
+            Some(Revision {
+                blob: Some(h),
+                data: Some(_),
+                ..
+            }) => Ok(h),
+            Some(_) => Err(ObjError::Blob {
+                oid,
+                tid: serial,
+                reason: "this revision has no blob".into(),
+            }),
+            None => Err(ObjError::NoRevision { oid, serial }),
+        }
+    }
+
+    /// Writes the blob of `oid`'s revision `serial` to the file `dest`.
+    pub async fn load_blob(&self, oid: Oid, serial: Tid, dest: &Path) -> Result<()> {
+        let h = self.blob_of(oid, serial).await?;
+        self.blobs
+            .download(&h, dest)
+            .await
+            .map_err(|reason| ObjError::Blob {
+                oid,
+                tid: serial,
+                reason,
+            })
+    }
+}
+
+thread_local! {
+    // One zstd context per thread: creating one per record costs more than compressing it.
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn with_compressor<T>(
+    f: impl FnOnce(&mut zstd::bulk::Compressor<'static>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(zstd::bulk::Compressor::new(3)?);
+        }
+        match c.as_mut() {
+            Some(c) => f(c),
+            None => Err(std::io::Error::other("no zstd compressor")),
+        }
+    })
+}
+
+fn with_decompressor<T>(
+    f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    DECOMPRESSOR.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = Some(zstd::bulk::Decompressor::new()?);
+        }
+        match d.as_mut() {
+            Some(d) => f(d),
+            None => Err(std::io::Error::other("no zstd decompressor")),
+        }
+    })
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
