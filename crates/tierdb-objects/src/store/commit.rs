@@ -168,26 +168,23 @@ impl VersionedStore {
         }
         for (&oid, (data, data_txn)) in &txn.restored {
             let prev = self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t);
-            let (hash, blob) = match (data, data_txn) {
-                (Some(d), _) => (
-                    Some(self.stage_data(d, &mut data_batch, &mut staged).await?),
-                    self.upload_blob(&txn, oid, tid).await?,
-                ),
-                (None, Some(from)) => match self.revision(oid, *from).await? {
-                    Some(r) => (r.data, r.blob),
-                    None => (None, None),
-                },
-                (None, None) => (None, None),
-            };
-            revisions.insert(
-                oid,
-                Revision {
-                    data: hash,
-                    data_txn: *data_txn,
-                    prev,
-                    blob,
-                },
-            );
+            let rev = self
+                .restored_revision(
+                    super::restore::Restored {
+                        txn: &txn,
+                        oid,
+                        tid,
+                        data: data.as_ref(),
+                        data_txn: *data_txn,
+                        prev,
+                    },
+                    &mut data_batch,
+                    &mut staged,
+                    None,
+                    &HashMap::new(),
+                )
+                .await?;
+            revisions.insert(oid, rev);
         }
         let explicit: BTreeSet<Oid> = txn.stores.keys().copied().collect();
         for &undone in &txn.undos {

@@ -63,29 +63,22 @@ impl VersionedStore {
                     Some(&t) => t,
                     None => self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t),
                 };
-                let (hash, blob) = match (data, data_txn) {
-                    (Some(d), _) => (
-                        Some(
-                            self.stage_data_counted(d, &mut batch, &mut staged, Some(&mut counts))
-                                .await?,
-                        ),
-                        self.upload_blob(txn, oid, tid).await?,
-                    ),
-                    (None, Some(from)) => {
-                        let r = match written.get(&(oid, *from)) {
-                            Some(r) => Some(*r),
-                            None => self.revision(oid, *from).await?,
-                        };
-                        r.map_or((None, None), |r| (r.data, r.blob))
-                    }
-                    (None, None) => (None, None),
-                };
-                let rev = Revision {
-                    data: hash,
-                    data_txn: *data_txn,
-                    prev,
-                    blob,
-                };
+                let rev = self
+                    .restored_revision(
+                        Restored {
+                            txn,
+                            oid,
+                            tid,
+                            data: data.as_ref(),
+                            data_txn: *data_txn,
+                            prev,
+                        },
+                        &mut batch,
+                        &mut staged,
+                        Some(&mut counts),
+                        &written,
+                    )
+                    .await?;
                 batch.put(records::rev_key(oid, tid), rev.encode());
                 batch.put(records::wrote_key(tid, oid), Bytes::new());
                 Self::note_oid(&mut meta, oid);
@@ -112,5 +105,52 @@ impl VersionedStore {
         let mut next = self.next_oid.lock();
         *next = (*next).max(meta.oid_reserved);
         Ok((meta.last_tid, counts))
+    }
+}
+
+/// One restored record of a transaction being copied in.
+pub(super) struct Restored<'a> {
+    pub txn: &'a Txn,
+    pub oid: Oid,
+    pub tid: Tid,
+    pub data: Option<&'a Bytes>,
+    /// The transaction whose data this record reuses (ZODB's `data_txn`), when `data` is None.
+    pub data_txn: Option<Tid>,
+    pub prev: Tid,
+}
+
+impl VersionedStore {
+    /// The revision a restored record becomes: its data staged in `batch` and its blob
+    /// uploaded, or, for a record that only names `data_txn`, that revision's data and blob
+    /// (looked up in `written` first: revisions of this same commit). Used by `vote` for a
+    /// single restoring transaction and by [`VersionedStore::restore_many`].
+    pub(super) async fn restored_revision(
+        &self,
+        r: Restored<'_>,
+        batch: &mut Batch,
+        staged: &mut BTreeSet<Hash>,
+        counts: Option<&mut RestoreStats>,
+        written: &HashMap<(Oid, Tid), Revision>,
+    ) -> Result<Revision> {
+        let (data, blob) = match (r.data, r.data_txn) {
+            (Some(d), _) => (
+                Some(self.stage_data_counted(d, batch, staged, counts).await?),
+                self.upload_blob(r.txn, r.oid, r.tid).await?,
+            ),
+            (None, Some(from)) => {
+                let rev = match written.get(&(r.oid, from)) {
+                    Some(rev) => Some(*rev),
+                    None => self.revision(r.oid, from).await?,
+                };
+                rev.map_or((None, None), |rev| (rev.data, rev.blob))
+            }
+            (None, None) => (None, None),
+        };
+        Ok(Revision {
+            data,
+            data_txn: r.data_txn,
+            prev: r.prev,
+            blob,
+        })
     }
 }
