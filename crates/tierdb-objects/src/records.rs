@@ -106,6 +106,29 @@ pub fn chunk_key(hash: &Hash, n: u32) -> Bytes {
     k.freeze()
 }
 
+/// The prefix of every revision key (`o`), for whole-store scans.
+pub fn revisions_prefix() -> Bytes {
+    Bytes::from_static(b"o")
+}
+
+/// The prefix of every transaction record key (`t`).
+pub fn transactions_prefix() -> Bytes {
+    Bytes::from_static(b"t")
+}
+
+/// The prefix of every data record key (`d`); chunks (`c`) are apart.
+pub fn data_prefix() -> Bytes {
+    Bytes::from_static(b"d")
+}
+
+/// The content hash in a `d` key.
+pub fn parse_data_key(key: &[u8]) -> Option<Hash> {
+    if key.len() != 33 || key[0] != b'd' {
+        return None;
+    }
+    key[1..].try_into().ok()
+}
+
 /// Splits an `o` key into (oid, tid).
 pub fn parse_rev_key(key: &[u8]) -> Option<(Oid, Tid)> {
     if key.len() != 17 || key[0] != b'o' {

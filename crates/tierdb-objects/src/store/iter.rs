@@ -27,7 +27,8 @@ impl VersionedStore {
         let mut at = from;
         loop {
             let start = Bound::Included(records::rev_prefix(at));
-            let end = prefix_end(b"o").map_or(Bound::Unbounded, Bound::Excluded);
+            let end =
+                prefix_end(&records::revisions_prefix()).map_or(Bound::Unbounded, Bound::Excluded);
             let Some((k, _)) = self
                 .kv
                 .scan((start, end), Some(1))

@@ -38,7 +38,10 @@ impl VersionedStore {
         let _lock = self.commit.clone().lock_owned().await;
         let mut stats = PackStats::default();
         // Every revision, grouped by object (ascending tid).
-        let all = self.kv.scan(prefix(Bytes::from_static(b"o")), None).await?;
+        let all = self
+            .kv
+            .scan(prefix(records::revisions_prefix()), None)
+            .await?;
         let mut by_oid: BTreeMap<Oid, Vec<(Tid, Revision)>> = BTreeMap::new();
         for (k, v) in &all {
             let Some((oid, tid)) = records::parse_rev_key(k) else {
@@ -171,12 +174,10 @@ impl VersionedStore {
                 }
             }
         }
-        for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"d")), None).await? {
-            if k.len() != 33 {
+        for (k, v) in self.kv.scan(prefix(records::data_prefix()), None).await? {
+            let Some(h) = records::parse_data_key(&k) else {
                 continue;
-            }
-            let mut h = [0u8; 32];
-            h.copy_from_slice(&k[1..]);
+            };
             if named.contains(&h) {
                 continue;
             }

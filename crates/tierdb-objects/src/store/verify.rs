@@ -38,7 +38,11 @@ impl VersionedStore {
     pub async fn verify(&self) -> Result<VerifyReport> {
         let mut r = VerifyReport::default();
         let mut tids = BTreeSet::new();
-        for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"t")), None).await? {
+        for (k, v) in self
+            .kv
+            .scan(prefix(records::transactions_prefix()), None)
+            .await?
+        {
             r.transactions += 1;
             match (records::parse_txn_key(&k), TxnRecord::decode(&k, &v)) {
                 (Some(t), Ok(_)) => {
@@ -50,7 +54,11 @@ impl VersionedStore {
         }
         let mut checked: BTreeSet<Hash> = BTreeSet::new();
         let mut blobs: BTreeSet<Hash> = BTreeSet::new();
-        for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"o")), None).await? {
+        for (k, v) in self
+            .kv
+            .scan(prefix(records::revisions_prefix()), None)
+            .await?
+        {
             r.revisions += 1;
             let Some((oid, tid)) = records::parse_rev_key(&k) else {
                 r.problems.push(format!("bad revision key {}", hex(&k)));
@@ -94,12 +102,10 @@ impl VersionedStore {
     pub async fn stats(&self) -> Result<StoreStats> {
         let mut s = StoreStats::default();
         let mut sizes: HashMap<Hash, u64> = HashMap::new();
-        for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"d")), None).await? {
-            if k.len() != 33 {
+        for (k, v) in self.kv.scan(prefix(records::data_prefix()), None).await? {
+            let Some(h) = records::parse_data_key(&k) else {
                 continue;
-            }
-            let mut h = [0u8; 32];
-            h.copy_from_slice(&k[1..]);
+            };
             let rec = DataRecord::decode(&k, &v)?;
             s.data_records += 1;
             s.unique_bytes += rec.raw_len;
@@ -120,7 +126,11 @@ impl VersionedStore {
         }
         let mut last_oid = None;
         let mut blobs = BTreeSet::new();
-        for (k, v) in self.kv.scan(prefix(Bytes::from_static(b"o")), None).await? {
+        for (k, v) in self
+            .kv
+            .scan(prefix(records::revisions_prefix()), None)
+            .await?
+        {
             let Some((oid, _)) = records::parse_rev_key(&k) else {
                 continue;
             };
@@ -141,7 +151,7 @@ impl VersionedStore {
         s.blobs = blobs.len() as u64;
         s.transactions = self
             .kv
-            .scan(prefix(Bytes::from_static(b"t")), None)
+            .scan(prefix(records::transactions_prefix()), None)
             .await?
             .len() as u64;
         Ok(s)
