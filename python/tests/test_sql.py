@@ -57,7 +57,7 @@ def test_sql_statements_and_errors(db):
     assert p.returncode == 1 and "SELEC at Line: 1, Column: 32" in p.stderr, p.stderr
     assert sql(db, "SELECT count(*) FROM t").stdout.splitlines()[1] == "2"
     for bad, message in [
-        ("SELECT * FROM nosuch", "nosuch' not found"),
+        ("SELECT * FROM nosuch", "table nosuch does not exist"),
         ("SELECT nosuch FROM t", "No field named nosuch"),
         ("INSERT INTO t VALUES ('x', 'y')", "Cannot cast string 'x'"),
         ("CREATE TABLE t (a INT)", "table t already exists"),

@@ -286,16 +286,7 @@ fn unavailable(e: &TableError, why: &str) -> Response {
 
 fn error_response(e: &TableError) -> Response {
     let message = e.to_string();
-    let code = match e {
-        TableError::NoTable(_) => "42P01",
-        TableError::TableExists(_) => "42P07",
-        TableError::ReadOnly { .. } => "25006",
-        TableError::Schema(_) => "42601",
-        _ if message.contains("ParserError") || message.contains("sql parser error") => "42601",
-        _ if message.contains("not found") => "42P01",
-        _ if message.contains("No field named") => "42703",
-        _ => "XX000",
-    };
+    let code = e.sqlstate();
     Response::Error(Box::new(ErrorInfo::new(
         "ERROR".to_string(),
         code.to_string(),

@@ -3,20 +3,10 @@
 
 use std::fmt;
 
-/// What the caller should do about an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// Fix the request, the URL or the options.
-    Input,
-    /// The store was unavailable; retrying may succeed.
-    Retry,
-    /// This handle is unusable (fenced or closed); reopen the database.
-    Reopen,
-    /// Stored data is damaged or of an unknown format.
-    Data,
-}
+pub use tierdb_store::ErrorKind;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KvError {
     #[error(
         "database {db} does not exist (no objects under that prefix); \
@@ -95,19 +85,12 @@ pub enum KvError {
 impl KvError {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            KvError::NotFound { .. }
-            | KvError::NotTierdb { .. }
-            | KvError::AlreadyExists { .. }
-            | KvError::WriterActive { .. }
-            | KvError::Invalid { .. } => ErrorKind::Input,
+            KvError::NotFound { .. } => ErrorKind::NotFound,
+            KvError::AlreadyExists { .. } | KvError::WriterActive { .. } => ErrorKind::Conflict,
+            KvError::NotTierdb { .. } | KvError::Invalid { .. } => ErrorKind::Input,
             KvError::BadMarker { .. } | KvError::VersionMismatch { .. } => ErrorKind::Data,
             KvError::Fenced { .. } | KvError::Closed { .. } => ErrorKind::Reopen,
-            KvError::Store { source, .. } => match source.kind() {
-                tierdb_store::ErrorKind::Input => ErrorKind::Input,
-                tierdb_store::ErrorKind::Data => ErrorKind::Data,
-                tierdb_store::ErrorKind::Retry => ErrorKind::Retry,
-                _ => ErrorKind::Reopen,
-            },
+            KvError::Store { source, .. } => source.kind(),
             KvError::Engine { source, .. } => match source.kind() {
                 slatedb::ErrorKind::Closed(_) => ErrorKind::Reopen,
                 slatedb::ErrorKind::Unavailable => ErrorKind::Retry,

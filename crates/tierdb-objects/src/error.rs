@@ -4,6 +4,7 @@
 use crate::ids::{Oid, Tid};
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ObjError {
     /// The object has no revision (at that time): ZODB's POSKeyError.
     #[error("object {oid} not found{}", at.map(|t| format!(" before {t}")).unwrap_or_default())]
@@ -60,3 +61,25 @@ pub enum ObjError {
 }
 
 pub type Result<T, E = ObjError> = std::result::Result<T, E>;
+
+pub use tierdb_kv::ErrorKind;
+
+impl ObjError {
+    /// What the caller should do about it (ZODB's exceptions are chosen by this and the
+    /// variant: POSKeyError for not found, ConflictError for conflicts).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ObjError::NotFound { .. }
+            | ObjError::NoRevision { .. }
+            | ObjError::NoTransaction { .. } => ErrorKind::NotFound,
+            ObjError::Conflict { .. } | ObjError::ReadConflict { .. } | ObjError::Undo { .. } => {
+                ErrorKind::Conflict
+            }
+            ObjError::ReadOnly { .. } | ObjError::Invalid(_) => ErrorKind::Input,
+            ObjError::Blob { .. } | ObjError::References { .. } | ObjError::Damaged { .. } => {
+                ErrorKind::Data
+            }
+            ObjError::Kv(e) => e.kind(),
+        }
+    }
+}

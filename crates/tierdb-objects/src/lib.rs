@@ -17,7 +17,7 @@ pub mod records;
 mod store;
 
 pub use blobs::SINGLE_PUT_MAX;
-pub use error::{ObjError, Result};
+pub use error::{ErrorKind, ObjError, Result};
 pub use handle::KvHandle;
 pub use ids::{Oid, Tid};
 pub use records::{TxnMeta, TxnRecord};

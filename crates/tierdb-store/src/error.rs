@@ -8,18 +8,26 @@
 
 use std::path::PathBuf;
 
-/// What a caller should do about an [`Error`].
+/// What a caller should do about an error. One set of kinds for every tierdb crate: each
+/// engine's error has a `kind()` returning it, so a front end (SQLSTATEs, ZODB exceptions,
+/// exit codes) decides by kind, never by message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
     /// A transient condition (network, throttling, a stalled device): retrying may succeed.
     Retry,
-    /// The request or configuration is wrong (URL, credentials, options): fix it and rerun.
+    /// The request or configuration is wrong (URL, credentials, options, SQL): fix it and rerun.
     Input,
+    /// What was asked for does not exist (a database, table, object or revision).
+    NotFound,
+    /// Another writer or transaction got there first (a write conflict, a running writer, a
+    /// name taken): retry the whole transaction, or resolve the conflict.
+    Conflict,
     /// Stored bytes are damaged or belong to something else: retrying will not help.
     Data,
-    /// The handle can no longer be used safely (for example after a failed fsync); reopen it.
-    Poisoned,
+    /// The handle can no longer be used (fenced by another writer, closed, or poisoned after
+    /// a failed fsync): reopen it.
+    Reopen,
     /// A bug in tierdb: please report it.
     Bug,
 }
@@ -174,7 +182,7 @@ impl Error {
             | Error::WriteBackFull { .. }
             | Error::Cache(_) => ErrorKind::Retry,
             Error::LogCorrupt { .. } | Error::ChecksumMismatch { .. } => ErrorKind::Data,
-            Error::LogPoisoned { .. } | Error::Closed | Error::Fenced { .. } => ErrorKind::Poisoned,
+            Error::LogPoisoned { .. } | Error::Closed | Error::Fenced { .. } => ErrorKind::Reopen,
         }
     }
 

@@ -3,6 +3,7 @@
 use datafusion::error::DataFusionError;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TableError {
     #[error("table {0} does not exist (list tables with: SHOW TABLES)")]
     NoTable(String),
@@ -49,6 +50,152 @@ pub enum TableError {
 }
 
 pub type Result<T, E = TableError> = std::result::Result<T, E>;
+
+pub use tierdb_kv::ErrorKind;
+
+impl TableError {
+    /// What the caller should do about it.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            TableError::NoTable(_) => ErrorKind::NotFound,
+            TableError::TableExists(_) => ErrorKind::Conflict,
+            TableError::Schema(_) | TableError::ReadOnly { .. } | TableError::Import(_) => {
+                ErrorKind::Input
+            }
+            TableError::Damaged { .. } | TableError::Segment { .. } => ErrorKind::Data,
+            TableError::Kv(e) => e.kind(),
+            TableError::Store(e) => store_kind(e),
+            TableError::DataFusion(e) => datafusion_kind(e),
+            TableError::Arrow(e) => arrow_kind(e),
+            TableError::Parquet(_) => ErrorKind::Data,
+            TableError::Io(_) => ErrorKind::Retry,
+        }
+    }
+
+    /// The PostgreSQL SQLSTATE for this error, chosen by its variant and kind (never by
+    /// its message): what `tierdb serve` answers.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            TableError::NoTable(_) => "42P01",      // undefined_table
+            TableError::TableExists(_) => "42P07",  // duplicate_table
+            TableError::ReadOnly { .. } => "25006", // read_only_sql_transaction
+            TableError::Schema(_) => "42601",       // syntax_error (what tierdb cannot store)
+            TableError::Import(_) => "22000",       // data_exception
+            TableError::DataFusion(e) => datafusion_sqlstate(e),
+            _ => match self.kind() {
+                ErrorKind::Input => "22000",
+                ErrorKind::NotFound => "42P01",
+                ErrorKind::Conflict => "40001", // serialization_failure
+                ErrorKind::Retry => "58030",    // io_error
+                ErrorKind::Reopen => "57P03",   // cannot_connect_now
+                ErrorKind::Data => "XX001",     // data_corrupted
+                _ => "XX000",                   // internal_error
+            },
+        }
+    }
+}
+
+fn store_kind(e: &object_store::Error) -> ErrorKind {
+    match e {
+        object_store::Error::NotFound { .. } => ErrorKind::NotFound,
+        object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
+            ErrorKind::Conflict
+        }
+        object_store::Error::InvalidPath { .. }
+        | object_store::Error::NotSupported { .. }
+        | object_store::Error::NotImplemented { .. }
+        | object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. }
+        | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::Input,
+        _ => ErrorKind::Retry,
+    }
+}
+
+/// The tierdb error inside a DataFusion error, if one is (a provider or sink failed).
+fn inner_table_error(e: &DataFusionError) -> Option<&TableError> {
+    match e {
+        DataFusionError::External(b) => b.downcast_ref::<TableError>(),
+        DataFusionError::Context(_, e) | DataFusionError::Diagnostic(_, e) => inner_table_error(e),
+        DataFusionError::Shared(e) => inner_table_error(e),
+        _ => None,
+    }
+}
+
+fn datafusion_kind(e: &DataFusionError) -> ErrorKind {
+    if let Some(t) = inner_table_error(e) {
+        return t.kind();
+    }
+    match e {
+        DataFusionError::SQL(..)
+        | DataFusionError::Plan(_)
+        | DataFusionError::SchemaError(..)
+        | DataFusionError::NotImplemented(_)
+        | DataFusionError::Configuration(_) => ErrorKind::Input,
+        DataFusionError::ResourcesExhausted(_) | DataFusionError::IoError(_) => ErrorKind::Retry,
+        // DataFusion's own object_store version: only "not found" is told apart.
+        DataFusionError::ObjectStore(e) => match e.as_ref() {
+            object_store_df::Error::NotFound { .. } => ErrorKind::NotFound,
+            _ => ErrorKind::Retry,
+        },
+        DataFusionError::ArrowError(e, _) => arrow_kind(e),
+        DataFusionError::ParquetError(_) => ErrorKind::Data,
+        DataFusionError::Context(_, e) | DataFusionError::Diagnostic(_, e) => datafusion_kind(e),
+        DataFusionError::Shared(e) => datafusion_kind(e),
+        DataFusionError::Internal(_) => ErrorKind::Bug,
+        // Execution errors are mostly the data's (a cast, a division by zero).
+        _ => ErrorKind::Input,
+    }
+}
+
+/// Arrow errors from computing on values (a cast, an overflow) are the input's; the rest
+/// come from decoding stored bytes.
+fn arrow_kind(e: &datafusion::arrow::error::ArrowError) -> ErrorKind {
+    use datafusion::arrow::error::ArrowError as A;
+    match e {
+        A::CastError(_)
+        | A::ParseError(_)
+        | A::ComputeError(_)
+        | A::DivideByZero
+        | A::ArithmeticOverflow(_)
+        | A::InvalidArgumentError(_)
+        | A::SchemaError(_)
+        | A::NotYetImplemented(_) => ErrorKind::Input,
+        A::IoError(..) | A::MemoryError(_) => ErrorKind::Retry,
+        A::ExternalError(b) => b
+            .downcast_ref::<TableError>()
+            .map_or(ErrorKind::Data, TableError::kind),
+        _ => ErrorKind::Data,
+    }
+}
+
+fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
+    use datafusion::common::SchemaError;
+    if let Some(t) = inner_table_error(e) {
+        return t.sqlstate();
+    }
+    match e {
+        DataFusionError::SQL(..) => "42601", // syntax_error
+        DataFusionError::SchemaError(s, _) => match s.as_ref() {
+            SchemaError::FieldNotFound { .. } => "42703", // undefined_column
+            SchemaError::AmbiguousReference { .. } => "42702",
+            SchemaError::DuplicateQualifiedField { .. }
+            | SchemaError::DuplicateUnqualifiedField { .. } => "42701",
+        },
+        DataFusionError::Plan(_) => "42P01", // what planning rejects first is an unknown table
+        DataFusionError::NotImplemented(_) => "0A000", // feature_not_supported
+        DataFusionError::ResourcesExhausted(_) => "53200", // out_of_memory
+        DataFusionError::Context(_, e) | DataFusionError::Diagnostic(_, e) => {
+            datafusion_sqlstate(e)
+        }
+        DataFusionError::Shared(e) => datafusion_sqlstate(e),
+        DataFusionError::Internal(_) => "XX000",
+        _ => match datafusion_kind(e) {
+            ErrorKind::Data => "XX001",
+            ErrorKind::Retry => "58030",
+            _ => "22000", // data_exception: a cast or arithmetic on the rows
+        },
+    }
+}
 
 impl From<TableError> for DataFusionError {
     fn from(e: TableError) -> Self {

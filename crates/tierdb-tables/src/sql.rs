@@ -239,6 +239,7 @@ impl SqlEngine {
             keys = Some((order, part));
         }
         let state = self.ctx.state();
+        self.require_tables(&state, &stmt)?;
         let plan = state.statement_to_plan(stmt).await?;
         match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
@@ -282,6 +283,41 @@ impl SqlEngine {
                 })
             }
         }
+    }
+
+    /// Fails with [`TableError::NoTable`] (kind NotFound, SQLSTATE 42P01) when a statement
+    /// reads or writes a table of ours that does not exist, instead of DataFusion's untyped
+    /// planning error. DDL names its own targets and is left to its own checks.
+    fn require_tables(
+        &self,
+        state: &datafusion::execution::SessionState,
+        stmt: &DfStatement,
+    ) -> Result<()> {
+        let DfStatement::Statement(s) = stmt else {
+            return Ok(());
+        };
+        if matches!(
+            s.as_ref(),
+            SqlStatement::CreateTable(_)
+                | SqlStatement::Drop { .. }
+                | SqlStatement::CreateView { .. }
+        ) {
+            return Ok(());
+        }
+        for r in state.resolve_table_references(stmt)? {
+            let ours = r.catalog().is_none_or(|c| c == CATALOG)
+                && r.schema().is_none_or(|s| s == SCHEMA)
+                && !state.table_functions().contains_key(r.table());
+            if ours
+                && !datafusion::catalog::SchemaProvider::table_exist(
+                    self.schema.as_ref(),
+                    r.table(),
+                )
+            {
+                return Err(TableError::NoTable(r.table().to_string()));
+            }
+        }
+        Ok(())
     }
 
     async fn create_table(

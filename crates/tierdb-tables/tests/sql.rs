@@ -548,3 +548,29 @@ async fn a_query_string_of_inserts_is_one_transaction() {
         vec![vec!["30"], vec!["31"]]
     );
 }
+
+/// Errors carry a kind and a SQLSTATE chosen from their structure, not their message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_have_kinds_and_sqlstates() {
+    use tierdb_tables::error::ErrorKind;
+    let (e, _) = engine(1000).await;
+    e.sql("CREATE TABLE t (x BIGINT NOT NULL)").await.unwrap();
+    let cases = [
+        ("SELECT * FROM nope", ErrorKind::NotFound, "42P01"),
+        ("SELECT y FROM t", ErrorKind::Input, "42703"),
+        ("SELEC 1", ErrorKind::Input, "42601"),
+        ("CREATE TABLE t (x INT)", ErrorKind::Conflict, "42P07"),
+        (
+            "INSERT INTO t VALUES ('not a number')",
+            ErrorKind::Input,
+            "22000",
+        ),
+    ];
+    for (sql, kind, code) in cases {
+        let err = match e.sql(sql).await {
+            Ok(_) => panic!("{sql} succeeded"),
+            Err(err) => err,
+        };
+        assert_eq!((err.kind(), err.sqlstate()), (kind, code), "{sql}: {err}");
+    }
+}
