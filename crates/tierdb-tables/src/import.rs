@@ -214,13 +214,11 @@ pub async fn import(
         return Err(TableError::Import(format!("{why}; nothing was imported")));
     }
     tierdb_store::testpoint::pause_at("import-commit");
-    let segments = match tables.commit_segments(&def, segments.clone(), false).await {
-        Ok(s) => s,
-        Err(e) => {
-            tables.discard(&segments).await;
-            return Err(nothing_committed(e));
-        }
-    };
+    // On failure commit_segments deletes the files if nothing was committed.
+    let segments = tables
+        .commit_segments(&def, segments, false)
+        .await
+        .map_err(nothing_committed)?;
     Ok(ImportSummary {
         files: files.len(),
         bytes: total,

@@ -374,14 +374,10 @@ impl DataSink for TierSink {
             });
             return Ok(rows);
         }
-        if let Err(e) = self
-            .tables
-            .commit_segments(&self.def, segments.clone(), self.replace)
-            .await
-        {
-            self.tables.discard(&segments).await;
-            return Err(e.into());
-        }
+        // On failure commit_segments deletes the files if nothing was committed.
+        self.tables
+            .commit_segments(&self.def, segments, self.replace)
+            .await?;
         Ok(rows)
     }
 }

@@ -208,9 +208,8 @@ impl SqlEngine {
         }
         if let Some(d) = deferred {
             let pending = std::mem::take(&mut *d.writes.lock());
-            let segments: Vec<_> = pending.iter().flat_map(|w| w.segments.clone()).collect();
+            // On failure commit_writes deletes the files if nothing was committed.
             if let Err(e) = self.tables.commit_writes(pending).await {
-                self.tables.discard(&segments).await;
                 return (out, Some(e));
             }
         }

@@ -208,21 +208,52 @@ impl Tables {
     /// Commits several tables' written segments in one atomic catalog commit: a reader sees
     /// all of them or none. Fails, committing nothing, if any table was dropped or replaced
     /// meanwhile. Returns the writes with their segments' assigned ids.
-    pub async fn commit_writes(&self, mut writes: Vec<PendingWrite>) -> Result<Vec<PendingWrite>> {
-        let kv = self.kv_writer()?;
+    ///
+    /// On an error the segment files are deleted when the commit surely did not happen. When
+    /// its outcome is unknown (the catalog commit itself failed: it may have taken effect)
+    /// they are left in place, since the catalog may name them; callers never delete them.
+    pub async fn commit_writes(&self, writes: Vec<PendingWrite>) -> Result<Vec<PendingWrite>> {
+        let all: Vec<SegmentMeta> = writes.iter().flat_map(|w| w.segments.clone()).collect();
+        match self.try_commit_writes(writes).await {
+            Ok(done) => Ok(done),
+            Err(CommitFailure::NotCommitted(e)) => {
+                self.discard(&all).await;
+                Err(e)
+            }
+            Err(CommitFailure::Unknown(e)) => {
+                tracing::warn!(
+                    segments = all.len(),
+                    error = %e,
+                    "a catalog commit failed with an unknown outcome; its segment files are kept \
+                     (unreferenced if it did not happen)"
+                );
+                Err(e)
+            }
+        }
+    }
+
+    async fn try_commit_writes(
+        &self,
+        writes: Vec<PendingWrite>,
+    ) -> std::result::Result<Vec<PendingWrite>, CommitFailure> {
+        let before = CommitFailure::NotCommitted;
+        let mut writes = writes;
+        let kv = self.kv_writer().map_err(before)?;
         let _guard = self.commit_lock.lock().await;
         for w in &writes {
-            match self.table(&w.table.name).await? {
+            match self.table(&w.table.name).await.map_err(before)? {
                 Some(now) if now.id == w.table.id => {}
                 _ => {
-                    return Err(TableError::NoTable(format!(
+                    return Err(before(TableError::NoTable(format!(
                         "{} (it was dropped while rows were being written; nothing was committed)",
                         w.table.name
-                    )));
+                    ))));
                 }
             }
         }
-        let mut next = catalog::next_id(self.reader.as_ref()).await?;
+        let mut next = catalog::next_id(self.reader.as_ref())
+            .await
+            .map_err(before)?;
         let mut b = CatalogBatch::default();
         let mut replaced = Vec::new();
         for i in 0..writes.len() {
@@ -233,7 +264,7 @@ impl Tables {
                 continue;
             }
             if w.replace {
-                let current = self.segments(&w.table).await?;
+                let current = self.segments(&w.table).await.map_err(before)?;
                 for s in &current {
                     b.delete_segment(w.table.id, s.id);
                 }
@@ -246,7 +277,9 @@ impl Tables {
             }
         }
         b.set_next_id(next);
-        kv.commit(b.batch).await?;
+        kv.commit(b.batch)
+            .await
+            .map_err(|e| CommitFailure::Unknown(e.into()))?;
         self.discard(&replaced).await;
         Ok(writes)
     }
@@ -279,4 +312,10 @@ pub struct PendingWrite {
     pub segments: Vec<SegmentMeta>,
     /// INSERT OVERWRITE: the table's committed segments leave it in the same commit.
     pub replace: bool,
+}
+
+/// How a catalog commit failed: surely not committed, or with an unknown outcome.
+enum CommitFailure {
+    NotCommitted(TableError),
+    Unknown(TableError),
 }
