@@ -157,7 +157,18 @@ async fn run(
                 }
             }
             Action::Snapshot(changes) => {
-                let snap = db.snapshot().expect("snapshot");
+                let snap = match db.snapshot() {
+                    Ok(snap) => snap,
+                    Err(_) => {
+                        // Only a handle an earlier fault shut down refuses a snapshot.
+                        assert!(
+                            db.failure().is_some(),
+                            "a snapshot of a working handle failed"
+                        );
+                        (db, model) = settle(&faulty, &store, db, model, &[]).await;
+                        continue;
+                    }
+                };
                 let before = model.clone();
                 let committed = db.commit(batch(&changes)).await.is_ok();
                 for (k, _) in &changes {
