@@ -36,7 +36,12 @@ pub enum ObjError {
 
     /// A blob could not be read, written or found.
     #[error("blob of object {oid} in revision {tid}: {reason}")]
-    Blob { oid: Oid, tid: Tid, reason: String },
+    Blob {
+        oid: Oid,
+        tid: Tid,
+        kind: ErrorKind,
+        reason: String,
+    },
 
     /// The references in an object's data could not be found (pack's garbage collection).
     #[error(
@@ -76,9 +81,8 @@ impl ObjError {
                 ErrorKind::Conflict
             }
             ObjError::ReadOnly { .. } | ObjError::Invalid(_) => ErrorKind::Input,
-            ObjError::Blob { .. } | ObjError::References { .. } | ObjError::Damaged { .. } => {
-                ErrorKind::Data
-            }
+            ObjError::Blob { kind, .. } => *kind,
+            ObjError::References { .. } | ObjError::Damaged { .. } => ErrorKind::Data,
             ObjError::Kv(e) => e.kind(),
         }
     }

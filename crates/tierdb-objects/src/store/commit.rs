@@ -210,7 +210,12 @@ impl VersionedStore {
             .upload(file)
             .await
             .map(Some)
-            .map_err(|reason| ObjError::Blob { oid, tid, reason })
+            .map_err(|f| ObjError::Blob {
+                oid,
+                tid,
+                kind: f.kind,
+                reason: f.reason,
+            })
     }
 
     /// Undo of `undone`: each object it wrote goes back to its revision before `undone`,

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use tierdb_kv::{Batch, KvDb, KvRead, KvReplica, prefix_end};
 
 use crate::blobs::Blobs;
-use crate::error::{ObjError, Result};
+use crate::error::{ErrorKind, ObjError, Result};
 use crate::handle::KvHandle;
 use crate::ids::{Oid, Tid};
 use crate::records::{self, DataRecord, Hash, Meta, Revision, TxnMeta, TxnRecord};
@@ -305,6 +305,7 @@ impl VersionedStore {
             Some(_) => Err(ObjError::Blob {
                 oid,
                 tid: serial,
+                kind: ErrorKind::NotFound,
                 reason: "this revision has no blob".into(),
             }),
             None => Err(ObjError::NoRevision { oid, serial }),
@@ -317,10 +318,11 @@ impl VersionedStore {
         self.blobs
             .download(&h, dest)
             .await
-            .map_err(|reason| ObjError::Blob {
+            .map_err(|f| ObjError::Blob {
                 oid,
                 tid: serial,
-                reason,
+                kind: f.kind,
+                reason: f.reason,
             })
     }
 }

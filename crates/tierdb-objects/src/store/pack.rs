@@ -199,10 +199,11 @@ impl VersionedStore {
         }
         // Blobs last: the revisions naming them are gone now, and uploads for new
         // revisions happen under the commit lock this pack holds.
-        let blob_err = |reason| ObjError::Blob {
+        let blob_err = |f: crate::blobs::BlobFailure| ObjError::Blob {
             oid: Oid::ROOT,
             tid: pack_tid,
-            reason,
+            kind: f.kind,
+            reason: f.reason,
         };
         for h in self.blobs.list().await.map_err(blob_err)? {
             if !named_blobs.contains(&h) {

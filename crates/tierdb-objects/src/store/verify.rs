@@ -91,7 +91,7 @@ impl VersionedStore {
                 r.blobs += 1;
                 if let Err(e) = self.blobs.exists(&b).await {
                     r.problems
-                        .push(format!("object {oid} revision {tid}: blob {e}"));
+                        .push(format!("object {oid} revision {tid}: blob {}", e.reason));
                 }
             }
         }
