@@ -120,9 +120,9 @@ class Torture:
         _, err = p.communicate(timeout=HANG_S)
         return acked, err, hung
 
-    def scan_batches(self, db, tier_args=()):
+    def scan_batches(self, db, tier_args=(), env=None):
         """Returns (status, {batch: rows}, values_ok, stderr)."""
-        rc, out, err = self.run("kv", "scan", db, "--prefix", "b", *tier_args)
+        rc, out, err = self.run("kv", "scan", db, "--prefix", "b", *tier_args, env=env)
         batches, values_ok = {}, True
         if rc == 0:
             for line in out.splitlines():
@@ -132,8 +132,8 @@ class Torture:
                 values_ok &= v == f"v{i}"
         return rc, batches, values_ok, err
 
-    def judge_scan(self, o, db, acked, tier_args=(), damage_possible=False):
-        rc, batches, values_ok, err = self.scan_batches(db, tier_args)
+    def judge_scan(self, o, db, acked, tier_args=(), damage_possible=False, env=None):
+        rc, batches, values_ok, err = self.scan_batches(db, tier_args, env)
         if rc == "hang":
             o.add(hangs=1)
             return
@@ -279,6 +279,43 @@ class Torture:
             data[at] = old
             f.write_bytes(bytes(data))
 
+    def disrupted_stream(self, o, args, start, stop, down_s, env=None, tier_args=()):
+        """Runs a commit stream, calls start() (the outage) after 30 acknowledged batches and
+        stop() `down_s` later, SIGKILLs the writer once 300 batches were acknowledged after
+        the outage ended (or it exited, or HANG_S passed), then checks that every acknowledged
+        batch is there. stop() always runs."""
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] and None, daemon=True).start()
+        acked, started_at, stopped = [], None, False
+        deadline = time.time() + HANG_S + 15
+        try:
+            while time.time() < deadline and not (stopped and len(acked) >= 300):
+                try:
+                    line = lines.get(timeout=0.1)
+                    if line.startswith("acked "):
+                        acked.append(int(line.split()[1]))
+                except queue.Empty:
+                    if p.poll() is not None and lines.empty():
+                        break
+                if started_at is None and len(acked) >= 30:
+                    start()
+                    started_at = time.time()
+                if started_at and not stopped and time.time() - started_at > down_s:
+                    stop()
+                    stopped = True
+        finally:
+            if started_at and not stopped:
+                stop()
+        hung = p.poll() is None and time.time() >= deadline
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=HANG_S)
+        err = p.stderr.read()
+        o.add(cycles=1, acked=len(acked), hangs=int(hung), panics=int(self.panicked(err)))
+        if hung:
+            o.notes.append(f"the writer neither went on nor exited after the outage: {err.strip()[-300:]}")
+        self.judge_scan(o, args[3], acked, tier_args, env=env)
+
     def store_pause(self, o, mode):
         """A commit stream on MinIO while MinIO is paused (SIGSTOP) for 1 to 8 s, then resumed;
         the writer is SIGKILLed later. Every acknowledged batch must be there."""
@@ -287,35 +324,9 @@ class Torture:
         db, cache = self.db_url(f"pause-{mode}"), self.work / f"cache-{uuid.uuid4().hex[:8]}"
         args = [self.bin, "debug", "kv-commit-stream", db, "--create", "--write-mode", mode,
                 "--cache-dir", str(cache), "--cache-bytes", "16MiB", "--count", "100000"]
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lines = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] and None, daemon=True).start()
-        acked, paused_at, resumed, pause_s = [], None, False, self.rng.uniform(1, 8)
-        deadline = time.time() + HANG_S + 10
-        try:
-            while time.time() < deadline and not (resumed and len(acked) >= 300):
-                try:
-                    line = lines.get(timeout=0.1)
-                    if line.startswith("acked "):
-                        acked.append(int(line.split()[1]))
-                except queue.Empty:
-                    if p.poll() is not None:
-                        break
-                if paused_at is None and len(acked) >= 30:
-                    os.kill(self.minio_pid, signal.SIGSTOP)
-                    paused_at = time.time()
-                if paused_at and not resumed and time.time() - paused_at > pause_s:
-                    os.kill(self.minio_pid, signal.SIGCONT)
-                    resumed = True
-        finally:
-            if paused_at and not resumed:
-                os.kill(self.minio_pid, signal.SIGCONT)
-        hung = p.poll() is None and len(acked) < 300 and time.time() >= deadline
-        p.send_signal(signal.SIGKILL)
-        p.wait(timeout=HANG_S)
-        err = p.stderr.read()
-        o.add(cycles=1, acked=len(acked), hangs=int(hung), panics=int(self.panicked(err)))
-        self.judge_scan(o, db, acked, ["--cache-dir", cache, "--write-mode", mode])
+        self.disrupted_stream(o, args, lambda: os.kill(self.minio_pid, signal.SIGSTOP),
+                              lambda: os.kill(self.minio_pid, signal.SIGCONT), self.rng.uniform(1, 8),
+                              tier_args=["--cache-dir", cache, "--write-mode", mode])
         return True
 
     # -- an object store of our own, to restart -------------------------------------------
@@ -374,74 +385,17 @@ class Torture:
             return False
         db = self.own_url(f"restart-{mode}")
         cache = self.work / f"cache-{uuid.uuid4().hex[:8]}"
-        env = self.own_env()
         args = [self.bin, "debug", "kv-commit-stream", db, "--create", "--write-mode", mode,
                 "--cache-dir", str(cache), "--cache-bytes", "16MiB", "--count", "100000"]
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        lines = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] and None, daemon=True).start()
-        acked, killed_at, restarted, down_s = [], None, False, self.rng.uniform(1, 10)
-        deadline = time.time() + HANG_S + 15
-        try:
-            while time.time() < deadline and not (restarted and len(acked) >= 300):
-                try:
-                    line = lines.get(timeout=0.1)
-                    if line.startswith("acked "):
-                        acked.append(int(line.split()[1]))
-                except queue.Empty:
-                    if p.poll() is not None and lines.empty():
-                        break
-                if killed_at is None and len(acked) >= 30:
-                    self.own[0].kill()
-                    self.own[0].wait()
-                    killed_at = time.time()
-                if killed_at and not restarted and time.time() - killed_at > down_s:
-                    self.own_start(self.own[1], self.own[2])
-                    restarted = True
-        finally:
-            if killed_at and not restarted:
-                self.own_start(self.own[1], self.own[2])
-        hung = p.poll() is None and time.time() >= deadline
-        p.send_signal(signal.SIGKILL)
-        p.wait(timeout=HANG_S)
-        err = p.stderr.read()
-        o.add(cycles=1, acked=len(acked), hangs=int(hung), panics=int(self.panicked(err)))
-        if hung:
-            o.notes.append(f"the writer neither went on nor exited after the restart: {err.strip()[-300:]}")
-        rc, batches, values_ok, err = self.scan_batches_env(db, env, ["--cache-dir", cache, "--write-mode", mode])
-        self.judge(o, rc, batches, values_ok, err, acked)
+
+        def kill():
+            self.own[0].kill()
+            self.own[0].wait()
+
+        self.disrupted_stream(o, args, kill, lambda: self.own_start(self.own[1], self.own[2]),
+                              self.rng.uniform(1, 10), env=self.own_env(),
+                              tier_args=["--cache-dir", cache, "--write-mode", mode])
         return True
-
-    def scan_batches_env(self, db, env, tier_args):
-        rc, out, err = self.run("kv", "scan", db, "--prefix", "b", *tier_args, env=env)
-        batches, values_ok = {}, True
-        if rc == 0:
-            for line in out.splitlines():
-                k, _, v = line.partition("\t")
-                i = int(k[1:9])
-                batches[i] = batches.get(i, 0) + 1
-                values_ok &= v == f"v{i}"
-        return rc, batches, values_ok, err
-
-    def judge(self, o, rc, batches, values_ok, err, acked):
-        if rc == "hang":
-            o.add(hangs=1)
-            return
-        if self.panicked(err):
-            o.add(panics=1)
-            o.notes.append(err[-400:])
-            return
-        if rc != 0:
-            o.add(wrong=1)
-            o.notes.append(f"scan failed: {err.strip()[-300:]}")
-            return
-        missing = [i for i in acked if i not in batches]
-        half = [i for i, n in batches.items() if n != ROWS]
-        o.add(lost=len(missing), wrong=int(bool(half) or not values_ok))
-        if missing:
-            o.notes.append(f"{len(missing)} acknowledged batches missing, e.g. {missing[:5]}")
-        if half or not values_ok:
-            o.notes.append(f"half-visible batches {half[:5]} or wrong values")
 
     def full_device(self, o):
         """Write-back on a cache device too small for its log budget, uploads held back by
@@ -457,35 +411,9 @@ class Torture:
             args = [self.bin, "debug", "kv-commit-stream", db, "--create", "--write-mode", "write-back",
                     "--cache-dir", str(dev), "--cache-bytes", "16MiB", "--memory-bytes", "4MiB",
                     "--count", "100000", "--dirty-wait-max", "2s"]
-            p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            lines = queue.Queue()
-            threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] and None, daemon=True).start()
-            acked, paused_at, resumed, pause_s = [], None, False, self.rng.uniform(3, 10)
-            deadline = time.time() + HANG_S + 15
-            try:
-                while time.time() < deadline and not (resumed and len(acked) >= 300):
-                    try:
-                        line = lines.get(timeout=0.1)
-                        if line.startswith("acked "):
-                            acked.append(int(line.split()[1]))
-                    except queue.Empty:
-                        if p.poll() is not None and lines.empty():
-                            break
-                    if paused_at is None and len(acked) >= 30:
-                        os.kill(self.minio_pid, signal.SIGSTOP)
-                        paused_at = time.time()
-                    if paused_at and not resumed and time.time() - paused_at > pause_s:
-                        os.kill(self.minio_pid, signal.SIGCONT)
-                        resumed = True
-            finally:
-                if paused_at and not resumed:
-                    os.kill(self.minio_pid, signal.SIGCONT)
-            hung = p.poll() is None and time.time() >= deadline
-            p.send_signal(signal.SIGKILL)
-            p.wait(timeout=HANG_S)
-            err = p.stderr.read()
-            o.add(cycles=1, acked=len(acked), hangs=int(hung), panics=int(self.panicked(err)))
-            self.judge_scan(o, db, acked, ["--cache-dir", dev, "--write-mode", "write-back"])
+            self.disrupted_stream(o, args, lambda: os.kill(self.minio_pid, signal.SIGSTOP),
+                                  lambda: os.kill(self.minio_pid, signal.SIGCONT), self.rng.uniform(3, 10),
+                                  tier_args=["--cache-dir", dev, "--write-mode", "write-back"])
         finally:
             subprocess.run(["umount", "-l", str(dev)])
         return True
