@@ -182,8 +182,9 @@ impl SqlEngine {
     ///
     /// Several statements that are all `INSERT … VALUES` are one implicit transaction, as in
     /// PostgreSQL: their rows are committed together in one atomic catalog commit after the
-    /// last one, and if any fails (or the commit does) none is committed and the segments
-    /// already written are deleted. Other statement mixes run one commit per statement
+    /// last one, and if any fails none is committed and the segments already written are
+    /// deleted. (If the commit itself fails, its outcome may be unknown: see
+    /// [`Tables::commit_writes`].) Other statement mixes run one commit per statement
     /// (transactions over DDL and reads of a transaction's own writes: docs/design/tables.md).
     pub async fn run(
         &self,
