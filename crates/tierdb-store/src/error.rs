@@ -155,6 +155,25 @@ pub enum Error {
     Cache(String),
 }
 
+/// What the caller should do about an object store's error: the one mapping every tierdb
+/// crate uses for `object_store::Error`.
+pub fn store_error_kind(e: &object_store::Error) -> ErrorKind {
+    match e {
+        object_store::Error::NotFound { .. } => ErrorKind::NotFound,
+        object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
+            ErrorKind::Conflict
+        }
+        object_store::Error::NotModified { .. }
+        | object_store::Error::InvalidPath { .. }
+        | object_store::Error::NotSupported { .. }
+        | object_store::Error::NotImplemented { .. }
+        | object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. }
+        | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::Input,
+        _ => ErrorKind::Retry,
+    }
+}
+
 impl Error {
     /// What the caller should do about this error.
     pub fn kind(&self) -> ErrorKind {
@@ -164,19 +183,7 @@ impl Error {
             | Error::CacheDirLocked { .. }
             | Error::CacheDirOwnedByOther { .. }
             | Error::AlreadyExists { .. } => ErrorKind::Input,
-            Error::Store { source, .. } => match source {
-                object_store::Error::NotFound { .. }
-                | object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. }
-                | object_store::Error::NotModified { .. }
-                | object_store::Error::InvalidPath { .. }
-                | object_store::Error::NotSupported { .. }
-                | object_store::Error::NotImplemented { .. }
-                | object_store::Error::PermissionDenied { .. }
-                | object_store::Error::Unauthenticated { .. }
-                | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::Input,
-                _ => ErrorKind::Retry,
-            },
+            Error::Store { source, .. } => store_error_kind(source),
             Error::Io { .. }
             | Error::UploadFailing { .. }
             | Error::WriteBackFull { .. }

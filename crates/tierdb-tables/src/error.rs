@@ -64,7 +64,7 @@ impl TableError {
             }
             TableError::Damaged { .. } | TableError::Segment { .. } => ErrorKind::Data,
             TableError::Kv(e) => e.kind(),
-            TableError::Store(e) => store_kind(e),
+            TableError::Store(e) => tierdb_store::store_error_kind(e),
             TableError::DataFusion(e) => datafusion_kind(e),
             TableError::Arrow(e) => arrow_kind(e),
             TableError::Parquet(_) => ErrorKind::Data,
@@ -92,22 +92,6 @@ impl TableError {
                 _ => "XX000",                   // internal_error
             },
         }
-    }
-}
-
-fn store_kind(e: &object_store::Error) -> ErrorKind {
-    match e {
-        object_store::Error::NotFound { .. } => ErrorKind::NotFound,
-        object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
-            ErrorKind::Conflict
-        }
-        object_store::Error::InvalidPath { .. }
-        | object_store::Error::NotSupported { .. }
-        | object_store::Error::NotImplemented { .. }
-        | object_store::Error::PermissionDenied { .. }
-        | object_store::Error::Unauthenticated { .. }
-        | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::Input,
-        _ => ErrorKind::Retry,
     }
 }
 
