@@ -13,7 +13,7 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked --features tierdb-cli/debug-commands -- -D warnings
 
 source scripts/minio.sh
 trap minio_stop EXIT
@@ -22,7 +22,7 @@ export TIERDB_REQUIRE_MINIO=1
 
 echo "== cargo test"
 # Long torture runs and benchmarks stay out of CI; each suite is bounded here.
-timeout 2400 cargo test --workspace --locked -- --test-threads 2
+timeout 2400 cargo test --workspace --locked --features tierdb-cli/debug-commands -- --test-threads 2
 
 echo "== ZODB conformance: ZODB's storage, MVCC and testZODB tests (pytest) on a local directory, MinIO and FileStorage"
 PY=$(scripts/python-env.sh | tail -1)

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
 MINUTES=${1:-30}
 shift || true
-[ -x "${TIERDB_BIN:-$CARGO_TARGET_DIR/debug/tierdb}" ] || cargo build -p tierdb-cli
+[ -n "${TIERDB_BIN:-}" ] || cargo build -p tierdb-cli --features debug-commands
 source scripts/minio.sh
 trap minio_stop EXIT
 minio_start

@@ -11,9 +11,8 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use tierdb_kv::{KvDb, KvOptions, KvReplica};
+use tierdb_engine::{Database, ErrorKind, OpenOptions, Role, Workload, WriteMode};
 use tierdb_objects::{ObjError, Oid, Tid, Txn, TxnMeta, VersionedStore, Voted};
-use tierdb_store::{CapacityOptions, TierOptions, TieredStore, WriteMode};
 
 create_exception!(_native, TierError, PyException);
 create_exception!(_native, ConflictError, TierError);
@@ -70,6 +69,43 @@ fn to_py(e: ObjError) -> PyErr {
     }
 }
 
+/// An error from opening or closing: ZODB's exceptions by kind.
+fn engine_to_py(e: tierdb_engine::Error) -> PyErr {
+    match e {
+        tierdb_engine::Error::Objects(e) => to_py(*e),
+        e if e.kind() == ErrorKind::NotFound => {
+            NotFoundError::new_err((Vec::<u8>::new(), e.to_string()))
+        }
+        e => TierError::new_err(e.to_string()),
+    }
+}
+
+/// A progress bar on standard error drawn with `template` (indicatif's syntax).
+fn progress_bar(template: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// An import's progress on a bar: the check pass, then the import.
+struct ImportBar(indicatif::ProgressBar);
+
+impl tierdb_objects::ImportProgress for ImportBar {
+    fn checking(&self, position: u64, len: u64) {
+        self.0.set_length(len);
+        self.0.set_position(position);
+        self.0.set_message("checking");
+    }
+
+    fn importing(&self, position: u64, len: u64, txns: u64) {
+        self.0.set_length(len);
+        self.0.set_position(position);
+        self.0.set_message(format!("{txns} transactions"));
+    }
+}
+
 fn b<'p>(py: Python<'p>, data: &[u8]) -> Bound<'p, PyBytes> {
     PyBytes::new(py, data)
 }
@@ -82,7 +118,7 @@ type Restored = Vec<(Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>)>;
 struct Store {
     rt: tokio::runtime::Runtime,
     store: Arc<VersionedStore>,
-    tiered: TieredStore,
+    database: Database,
     voted: parking_lot::Mutex<HashMap<u64, Voted>>,
     handles: AtomicU64,
 }
@@ -91,7 +127,7 @@ struct Store {
 impl Store {
     /// Opens (or with `create`, creates) the database at `url`.
     #[new]
-    #[pyo3(signature = (url, create=false, cache_dir=None, cache_bytes=0, memory_bytes=64<<20, write_mode="write-through", read_only=false))]
+    #[pyo3(signature = (url, create=false, cache_dir=None, cache_bytes=0, memory_bytes=None, write_mode="write-through", read_only=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -99,7 +135,7 @@ impl Store {
         create: bool,
         cache_dir: Option<String>,
         cache_bytes: u64,
-        memory_bytes: u64,
+        memory_bytes: Option<u64>,
         write_mode: &str,
         read_only: bool,
     ) -> PyResult<Self> {
@@ -111,51 +147,39 @@ impl Store {
             .enable_all()
             .build()
             .map_err(|e| TierError::new_err(format!("cannot start the async runtime: {e}")))?;
-        let (root, path) = tierdb_kv::locate(url).map_err(|e| TierError::new_err(e.to_string()))?;
-        let tiers = TierOptions {
-            cache_dir: cache_dir.map(Into::into),
-            cache_bytes,
-            memory_bytes,
-            write_mode,
-            ..TierOptions::default()
+        let role = if read_only {
+            Role::Follower
+        } else {
+            Role::Writer
         };
-        let name = url.to_string();
-        let opened: Result<(Arc<VersionedStore>, TieredStore), String> = py.detach(|| {
-            rt.block_on(async move {
-                let capacity = tierdb_store::open_capacity(&root, &CapacityOptions::default())
-                    .map_err(|e| e.to_string())?;
-                let tiered = TieredStore::with_capacity(capacity, root.to_string(), tiers)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let options = KvOptions {
-                    create,
-                    // Decoded SST blocks of hot objects stay in memory (a load is two gets).
-                    block_cache_bytes: 32 << 20,
-                    // Data records are zstd-compressed already: lz4 for the SST blocks.
-                    compression: tierdb_kv::Compression::Lz4,
-                    ..KvOptions::default()
-                };
-                let store = if read_only {
-                    // A follower: it fences no writer and sees new commits as it polls.
-                    let replica =
-                        KvReplica::open(tiered.clone(), &path, &name, options.poll_interval)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                    VersionedStore::open_read_only(Arc::new(replica), &path).await
-                } else {
-                    let kv = KvDb::open(tiered.clone(), &path, &name, &options)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    VersionedStore::open(Arc::new(kv)).await
-                };
-                Ok((Arc::new(store.map_err(|e| e.to_string())?), tiered))
+        let mut options = OpenOptions::new(Workload::Objects, role);
+        options.kv.create = create;
+        // A follower here lives as long as the storage: it pins what it reads.
+        options.pin_checkpoint = true;
+        let tiers = &mut options.store.tiers;
+        tiers.cache_dir = cache_dir.map(Into::into);
+        tiers.cache_bytes = cache_bytes;
+        if let Some(m) = memory_bytes {
+            tiers.memory_bytes = m;
+        }
+        tiers.write_mode = write_mode;
+        let opened: Result<_, Box<tierdb_engine::Error>> = py.detach(|| {
+            rt.block_on(async {
+                let database = Database::open(url, &options).await.map_err(Box::new)?;
+                match database.objects().await {
+                    Ok(store) => Ok((Arc::new(store), database)),
+                    Err(e) => {
+                        let _ = database.close().await;
+                        Err(Box::new(e))
+                    }
+                }
             })
         });
-        let (store, tiered) = opened.map_err(TierError::new_err)?;
+        let (store, database) = opened.map_err(|e| engine_to_py(*e))?;
         Ok(Store {
             rt,
             store,
-            tiered,
+            database,
             voted: parking_lot::Mutex::new(HashMap::new()),
             handles: AtomicU64::new(1),
         })
@@ -439,19 +463,19 @@ impl Store {
             self.rt.block_on(async {
                 match refs {
                     Some(f) => {
-                        let refs = move |data: &[u8]| -> Result<Vec<Oid>, String> {
+                        let refs = move |data: &[u8]| -> Result<Vec<Oid>, tierdb_objects::Damage> {
                             Python::attach(|py| {
                                 let got = f.call1(py, (PyBytes::new(py, data),));
                                 let oids = got
                                     .and_then(|list| list.extract::<Vec<Vec<u8>>>(py))
-                                    .map_err(|e| e.to_string())?;
+                                    .map_err(|e| tierdb_objects::Damage(e.to_string()))?;
                                 oids.iter()
                                     .map(|o| {
                                         Oid::from_bytes(o).ok_or_else(|| {
-                                            format!(
+                                            tierdb_objects::Damage::from(format!(
                                                 "a reference of {} bytes is not an oid",
                                                 o.len()
-                                            )
+                                            ))
                                         })
                                     })
                                     .collect()
@@ -497,13 +521,40 @@ impl Store {
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| {
-            self.rt.block_on(async {
-                self.store.kv().close().await.map_err(|e| e.to_string())?;
-                self.tiered.close().await.map_err(|e| e.to_string())
+        py.detach(|| self.rt.block_on(self.database.close()).map_err(Box::new))
+            .map_err(|e| engine_to_py(*e))
+    }
+
+    /// Imports the FileStorage file `src` (and its blob directory) natively: the import
+    /// `tierdb zodb import` runs (see `tierdb_objects::import`). Returns the number of
+    /// transactions imported, skipped (already there) and the bytes read.
+    #[pyo3(signature = (src, blob_dir=None, group_bytes=8<<20))]
+    fn import_filestorage(
+        &self,
+        py: Python<'_>,
+        src: std::path::PathBuf,
+        blob_dir: Option<std::path::PathBuf>,
+        group_bytes: u64,
+    ) -> PyResult<(u64, u64, u64)> {
+        let options = tierdb_objects::ImportOptions {
+            blob_dir,
+            group_bytes,
+        };
+        let bar = ImportBar(progress_bar(
+            "import {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+        ));
+        let report = py
+            .detach(|| {
+                self.rt.block_on(tierdb_objects::import_filestorage(
+                    &self.store,
+                    &src,
+                    &options,
+                    &bar,
+                ))
             })
-        })
-        .map_err(TierError::new_err)
+            .map_err(to_py)?;
+        bar.0.finish_and_clear();
+        Ok((report.transactions, report.skipped, report.bytes_read))
     }
 }
 
@@ -511,7 +562,8 @@ impl Store {
 /// CLI's pack uses); raises TierError when the record cannot be read.
 #[pyfunction]
 fn references<'p>(py: Python<'p>, data: &[u8]) -> PyResult<Vec<Bound<'p, PyBytes>>> {
-    let oids = tierdb_objects::pickle::references(data).map_err(TierError::new_err)?;
+    let oids =
+        tierdb_objects::pickle::references(data).map_err(|e| TierError::new_err(e.to_string()))?;
     Ok(oids.iter().map(|o| b(py, &o.to_bytes())).collect())
 }
 

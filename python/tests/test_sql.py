@@ -54,20 +54,21 @@ def test_sql_statements_and_errors(db):
     assert p.stdout.strip() == '[{"n":2}]'
     # -c is parsed whole first: a syntax error names its position and nothing runs.
     p = sql(db, "INSERT INTO t VALUES (3, 'c'); SELEC 1", ok=False)
-    assert p.returncode == 1 and "SELEC at Line: 1, Column: 32" in p.stderr, p.stderr
+    # Exit statuses by kind (tierdb --help): 2 fix the input, 3 not found, 4 conflict.
+    assert p.returncode == 2 and "SELEC at Line: 1, Column: 32" in p.stderr, p.stderr
     assert sql(db, "SELECT count(*) FROM t").stdout.splitlines()[1] == "2"
-    for bad, message in [
-        ("SELECT * FROM nosuch", "table nosuch does not exist"),
-        ("SELECT nosuch FROM t", "No field named nosuch"),
-        ("INSERT INTO t VALUES ('x', 'y')", "Cannot cast string 'x'"),
-        ("CREATE TABLE t (a INT)", "table t already exists"),
+    for bad, status, message in [
+        ("SELECT * FROM nosuch", 3, "table nosuch does not exist"),
+        ("SELECT nosuch FROM t", 2, "No field named nosuch"),
+        ("INSERT INTO t VALUES ('x', 'y')", 2, "Cannot cast string 'x'"),
+        ("CREATE TABLE t (a INT)", 4, "table t already exists"),
     ]:
         p = sql(db, bad, ok=False)
-        assert p.returncode == 1 and message in p.stderr, (bad, p.stderr)
+        assert p.returncode == status and message in p.stderr, (bad, p.returncode, p.stderr)
     # The shell reads statements from standard input and goes on after an error.
     p = subprocess.run([BIN, "sql", db, "--format", "csv"], input="SELECT 1 AS one;\nSELEC;\nSELECT 2 AS two;\n",
                        capture_output=True, text=True, timeout=300)
-    assert p.returncode == 1 and "one\n1" in p.stdout and "two\n2" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 2 and "one\n1" in p.stdout and "two\n2" in p.stdout, p.stdout + p.stderr
 
 
 def test_import_good_and_malformed_files(db, tmp_path):
@@ -87,13 +88,13 @@ def test_import_good_and_malformed_files(db, tmp_path):
         f = tmp_path / name
         f.write_bytes(b"5|ok|2024-01-01|\n" + tail)
         p = tierdb("import", db, "s", f, "--max-rejects", "0", "--rejects", tmp_path / "r.txt", ok=False)
-        assert p.returncode == 1, p.stdout
+        assert p.returncode == 2, p.stdout
         assert message in p.stderr and "nothing was imported" in p.stderr, (name, p.stderr)
         assert sql(db, "SELECT count(*) FROM s").stdout.splitlines()[1] == "1000", name
     p = tierdb("import", db, "nosuch", good, ok=False)
-    assert p.returncode == 1 and "table nosuch does not exist" in p.stderr, p.stderr
+    assert p.returncode == 3 and "table nosuch does not exist" in p.stderr, p.stderr
     p = tierdb("import", db, "s", tmp_path / "missing.csv", ok=False)
-    assert p.returncode == 1 and "missing.csv" in p.stderr, p.stderr
+    assert p.returncode == 2 and "missing.csv" in p.stderr, p.stderr
 
 
 def free_port():
@@ -146,7 +147,7 @@ def test_serve_speaks_postgres(db):
         server.terminate()
         server.wait(timeout=60)
     p = tierdb("serve", db, "--listen", "127.0.0.1:0", ok=False, env={k: v for k, v in os.environ.items() if k != "TIERDB_PASSWORD"})
-    assert p.returncode == 1 and "needs a password" in p.stderr, p.stderr
+    assert p.returncode == 2 and "needs a password" in p.stderr, p.stderr
 
 
 def test_ssb_answers_match_duckdb(tmp_path):

@@ -1,10 +1,16 @@
 """`python -m tierdb.tool import SRC DST`: copies every transaction of any ZODB storage a
 zodburi names (zeo://, zconfig://, file://, ...) into a tierdb object store, keeping tids,
-with its blobs. `tierdb zodb import` runs this for URIs; Data.fs files it reads natively.
-A DST that already holds transactions continues after its last one."""
+with its blobs. A DST that already holds transactions continues after its last one.
 
+A FileStorage (a Data.fs path, or file:///path/Data.fs?blobstorage_dir=...) is imported by
+the same native import `tierdb zodb import` runs (tierdb_objects::import: checked first,
+committed in groups). Any other storage is copied through ZODB's iterator, one commit per
+transaction."""
+
+import os
 import sys
 import time
+import urllib.parse
 
 from ZODB.blob import is_blob_record
 from ZODB.Connection import TransactionMetaData
@@ -27,7 +33,38 @@ def _open_source(uri):
         raise SystemExit("error: cannot open %s: %s" % (uri, err))
 
 
+def _filestorage(uri):
+    """(path, blob_dir) when `uri` names a FileStorage file, else None."""
+    if os.path.isfile(uri):
+        return uri, None
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme == "file" and os.path.isfile(parts.path):
+        query = urllib.parse.parse_qs(parts.query)
+        blob_dir = query.get("blobstorage_dir", [None])[0]
+        return parts.path, blob_dir
+    return None
+
+
+def _import_filestorage(path, blob_dir, src, dst):
+    dest = TierStorage(dst, create=True)
+    try:
+        started = time.time()
+        try:
+            copied, skipped, nbytes = dest._native.import_filestorage(path, blob_dir)
+        except _native.TierError as err:
+            raise SystemExit("error: importing %s into %s: %s" % (src, dst, err))
+        secs = max(time.time() - started, 1e-9)
+        print("imported %d transactions from %s into %s in %.1f s: %.1f MB/s of Data.fs%s" % (
+            copied, src, dst, secs, nbytes / 1e6 / secs,
+            ", %d already there skipped" % skipped if skipped else ""))
+    finally:
+        dest.close()
+
+
 def import_(src, dst):
+    fs = _filestorage(src)
+    if fs is not None:
+        return _import_filestorage(fs[0], fs[1], src, dst)
     source = _open_source(src)
     dest = TierStorage(dst, create=True)
     try:

@@ -63,7 +63,7 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
     """
 
     def __init__(self, url, create=True, read_only=False, cache_dir=None,
-                 cache_bytes=0, memory_bytes=64 << 20, write_mode="write-through", name=None,
+                 cache_bytes=0, memory_bytes=None, write_mode="write-through", name=None,
                  blob_dir=None, pack_gc=True):
         self._url = url
         self._name = name or "TierStorage(%s)" % url

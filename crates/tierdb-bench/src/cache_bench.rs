@@ -10,6 +10,7 @@
 //!
 //! Results are printed and written as CSV, with a PNG of hit ratio against cache size.
 
+use crate::error::BenchError;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -147,7 +148,7 @@ async fn drive(
     payload: Bytes,
     clients: usize,
     bar: &ProgressBar,
-) -> Result<Measured, String> {
+) -> Result<Measured, BenchError> {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = Vec::new();
@@ -186,7 +187,7 @@ async fn drive(
                 }
                 bar.inc(1);
             }
-            Ok::<_, String>((reads, writes))
+            Ok::<_, BenchError>((reads, writes))
         }));
     }
     let (mut reads, mut writes) = (histogram(), histogram());
@@ -234,7 +235,7 @@ fn phase_result(name: &str, m: &Measured, stats: Option<TierStats>) -> PhaseResu
 }
 
 /// Runs the whole benchmark.
-pub async fn run(config: &CacheBenchConfig) -> Result<CacheBenchReport, String> {
+pub async fn run(config: &CacheBenchConfig) -> Result<CacheBenchReport, BenchError> {
     let capacity = open_capacity(&config.url, &config.capacity).map_err(|e| e.to_string())?;
     tierdb_store::check_reachable(&config.url, capacity.as_ref())
         .await
@@ -467,7 +468,7 @@ fn write_csv(
     path: &std::path::Path,
     reads: &[PhaseResult],
     mix: &[PhaseResult],
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     let err = |e: csv::Error| format!("cannot write {}: {e}", path.display());
     let mut w = csv::Writer::from_path(path).map_err(err)?;
     w.write_record([
@@ -507,14 +508,14 @@ fn write_csv(
         .map_err(err)?;
     }
     w.flush()
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()).into())
 }
 
 fn write_sim_csv(
     path: &std::path::Path,
     rows: &[SimRow],
     working_set_blocks: usize,
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     let err = |e: csv::Error| format!("cannot write {}: {e}", path.display());
     let mut w = csv::Writer::from_path(path).map_err(err)?;
     w.write_record([
@@ -537,7 +538,7 @@ fn write_sim_csv(
         .map_err(err)?;
     }
     w.flush()
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()).into())
 }
 
 /// The report as the tables `tierdb bench cache` prints.

@@ -11,6 +11,7 @@
 //! - [`plot`]: PNG plots.
 
 pub mod cache_bench;
+pub mod error;
 pub mod oltp_bench;
 pub mod plot;
 pub mod sim;

@@ -13,6 +13,7 @@
 //! range sum (7 reads), then one atomic, durable commit of an update, a delete and an insert
 //! (3 writes). Keys are Gaussian over the table (sysbench's `--rand-type=gaussian`).
 
+use crate::error::BenchError;
 use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -231,7 +232,7 @@ async fn transaction(
     rows: u64,
     value_bytes: usize,
     counter: u64,
-) -> Result<u64, String> {
+) -> Result<u64, BenchError> {
     let pick = |rng: &mut StdRng| (gauss.sample(rng).round().max(0.0) as u64).min(rows - 1);
     for _ in 0..5 {
         let id = pick(rng);
@@ -299,7 +300,7 @@ async fn race(
     config: &OltpConfig,
     variant: Variant,
     db: Arc<dyn KvWrite>,
-) -> Result<(u64, f64, Vec<u64>, Histogram<u64>, Histogram<u64>), String> {
+) -> Result<(u64, f64, Vec<u64>, Histogram<u64>, Histogram<u64>), BenchError> {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let progress = bar(config.transactions, variant.name());
@@ -343,7 +344,7 @@ async fn race(
                 txns.record(t.elapsed().as_micros().max(1) as u64).ok();
                 progress.inc(1);
             }
-            Ok::<_, String>((commits, txns))
+            Ok::<_, BenchError>((commits, txns))
         }));
     }
     let (mut commits, mut txns) = (histogram(), histogram());
@@ -351,7 +352,7 @@ async fn race(
     for w in workers {
         match w
             .await
-            .map_err(|e| format!("client failed: {e}"))
+            .map_err(|e| BenchError::from(format!("client failed: {e}")))
             .and_then(|r| r)
         {
             Ok((c, t)) => {
@@ -371,7 +372,7 @@ async fn race(
     }
     progress.finish_and_clear();
     if let Some(e) = failure {
-        return Err(format!("{}: {e}", variant.name()));
+        return Err(format!("{}: {e}", variant.name()).into());
     }
     Ok((total, seconds, per_second, commits, txns))
 }
@@ -381,18 +382,16 @@ async fn race(
 async fn uncached(
     capacity: &Arc<dyn ObjectStore>,
     config: &OltpConfig,
-) -> Result<TieredStore, String> {
+) -> Result<TieredStore, BenchError> {
     let options = TierOptions {
         memory_bytes: 0,
         ..TierOptions::default()
     };
-    TieredStore::with_capacity(capacity.clone(), config.url.to_string(), options)
-        .await
-        .map_err(|e| e.to_string())
+    Ok(TieredStore::with_capacity(capacity.clone(), config.url.to_string(), options).await?)
 }
 
 /// Runs the whole benchmark.
-pub async fn run(config: &OltpConfig) -> Result<OltpReport, String> {
+pub async fn run(config: &OltpConfig) -> Result<OltpReport, BenchError> {
     if config.rows < 100 {
         return Err("--rows must be at least 100".into());
     }
@@ -478,7 +477,7 @@ async fn run_tierdb(
     variant: Variant,
     capacity: Arc<dyn ObjectStore>,
     path: &str,
-) -> Result<RaceResult, String> {
+) -> Result<RaceResult, BenchError> {
     let dir = config.cache_dir.join(variant.slug());
     let _ = std::fs::remove_dir_all(&dir);
     let store = TieredStore::with_capacity(
@@ -518,7 +517,7 @@ async fn run_raw(
     config: &OltpConfig,
     capacity: Arc<dyn ObjectStore>,
     path: &str,
-) -> Result<RaceResult, String> {
+) -> Result<RaceResult, BenchError> {
     let options = KvOptions {
         block_cache_bytes: config.memory_bytes,
         ..kv_options(config, false)
@@ -550,7 +549,7 @@ async fn run_raw(
     })
 }
 
-fn write_csv(report: &OltpReport) -> Result<(), String> {
+fn write_csv(report: &OltpReport) -> Result<(), BenchError> {
     let path = report.config.out_dir.join("oltp.csv");
     let err = |e: csv::Error| format!("cannot write {}: {e}", path.display());
     let mut w = csv::Writer::from_path(&path).map_err(err)?;
@@ -611,7 +610,7 @@ fn write_csv(report: &OltpReport) -> Result<(), String> {
         }
     }
     w.flush()
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()).into())
 }
 
 fn ms(us: u64) -> String {

@@ -1,5 +1,6 @@
 //! PNG plots of benchmark results (plotters, with a system TrueType font for labels).
 
+use crate::error::BenchError;
 use std::path::Path;
 
 use plotters::prelude::*;
@@ -14,20 +15,22 @@ const FONT_PATHS: &[&str] = &[
     "/System/Library/Fonts/Supplemental/Arial.ttf",
 ];
 
-fn register_font() -> Result<(), String> {
-    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    DONE.get_or_init(|| {
-        let bytes = FONT_PATHS
-            .iter()
-            .find_map(|p| std::fs::read(p).ok())
-            .ok_or_else(|| {
-                "no TrueType font found for plot labels; install fonts-dejavu-core".to_string()
-            })?;
+fn register_font() -> Result<(), BenchError> {
+    // Registered once per process; a failure is remembered as its message.
+    static FAILURE: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+    let failure = FAILURE.get_or_init(|| {
+        let Some(bytes) = FONT_PATHS.iter().find_map(|p| std::fs::read(p).ok()) else {
+            return Some("no TrueType font found for plot labels; install fonts-dejavu-core");
+        };
         let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
         plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-            .map_err(|_| "the font file could not be parsed".to_string())
-    })
-    .clone()
+            .err()
+            .map(|_| "the font file could not be parsed")
+    });
+    match failure {
+        Some(message) => Err((*message).into()),
+        None => Ok(()),
+    }
 }
 
 /// Hit ratio against cache size, one line per policy (OPT dashed on top).
@@ -36,7 +39,7 @@ pub fn hit_ratio_curves(
     working_set_blocks: usize,
     title: &str,
     out: &Path,
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     register_font()?;
     let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", out.display());
     let root = BitMapBackend::new(out, (1000, 640)).into_drawing_area();
@@ -94,11 +97,11 @@ pub fn hit_ratio_curves(
         .border_style(BLACK)
         .draw()
         .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))
+    Ok(root.present().map_err(|e| err(&e))?)
 }
 
 /// Transactions finished per second over the race, one line per contestant.
-pub fn race(series: &[(String, Vec<u64>)], title: &str, out: &Path) -> Result<(), String> {
+pub fn race(series: &[(String, Vec<u64>)], title: &str, out: &Path) -> Result<(), BenchError> {
     register_font()?;
     let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", out.display());
     let root = BitMapBackend::new(out, (1000, 640)).into_drawing_area();
@@ -152,5 +155,5 @@ pub fn race(series: &[(String, Vec<u64>)], title: &str, out: &Path) -> Result<()
         .border_style(BLACK)
         .draw()
         .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))
+    Ok(root.present().map_err(|e| err(&e))?)
 }

@@ -10,13 +10,13 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 use bytesize::ByteSize;
-use clap::{Args, Subcommand};
-use std::time::Duration;
+use clap::Subcommand;
+use tierdb_engine::{Database, Role, Workload};
+use tierdb_kv::{DbShape, KvRead, KvWrite, ShowKey};
 
-use tierdb_kv::{Compression, DbShape, KvDb, KvOptions, KvRead, KvReplica, KvWrite, ShowKey};
-use tierdb_store::{StoreUrl, TieredStore};
-
-use crate::{CliResult, TierArgs, capacity_options, tier_options};
+use crate::args::{KvArgs, TierArgs};
+use crate::error::{CliError, CliResult, output_failed};
+use crate::stats::{self, Format};
 
 #[derive(Subcommand, Debug)]
 pub enum KvCommand {
@@ -62,94 +62,18 @@ pub enum KvCommand {
     },
 }
 
-/// Database settings shared by the kv commands.
-#[derive(Args, Debug, Clone)]
-pub struct KvArgs {
-    /// Create the database if it does not exist.
-    #[arg(long)]
-    pub create: bool,
-    /// Become the writer even if another process is writing (it is fenced).
-    #[arg(long)]
-    pub take_over: bool,
-    /// Memtable size before it is written as an L0 SST.
-    #[arg(long, default_value = "16MiB")]
-    pub memtable_bytes: ByteSize,
-    /// SST block compression: zstd, lz4 or none.
-    #[arg(long, default_value = "zstd")]
-    pub compression: Compression,
-    /// How often the manifest is polled (fencing detection; a follower's lag).
-    #[arg(long, default_value = "500ms")]
-    pub poll_interval: humantime::Duration,
-    /// Do not run the compactor in this process.
-    #[arg(long)]
-    pub no_compaction: bool,
-    #[command(flatten)]
-    pub tiers: TierArgs,
+/// Opens `url` for the kv commands: as writer for a write, otherwise as a follower that
+/// writes nothing, so a read never fences a running writer.
+async fn open(url: &str, kv: &KvArgs, role: Role) -> CliResult<Database> {
+    Ok(Database::open(url, &kv.open_options(Workload::Kv, role)).await?)
 }
 
-impl KvArgs {
-    pub fn options(&self) -> KvOptions {
-        KvOptions {
-            create: self.create,
-            take_over: self.take_over,
-            memtable_bytes: self.memtable_bytes.as_u64() as usize,
-            max_unflushed_bytes: (self.memtable_bytes.as_u64() as usize * 8).max(64 << 20),
-            compression: self.compression,
-            poll_interval: self.poll_interval.into(),
-            compaction: !self.no_compaction,
-            ..KvOptions::default()
-        }
-    }
-}
-
-/// Splits a database URL into the store to open and the database's path in it.
-pub fn locate(url: &str) -> CliResult<(StoreUrl, String)> {
-    tierdb_kv::locate(url)
-}
-
-/// Opens the tiered store holding the database `url`.
-pub async fn open_store(url: &str, tiers: &TierArgs) -> CliResult<(TieredStore, String)> {
-    let (root, path) = locate(url)?;
-    let options = tier_options(tiers);
-    options.validate().map_err(|e| e.to_string())?;
-    let capacity = tierdb_store::open_capacity(&root, &capacity_options(&tiers.s3, false))
-        .map_err(|e| e.to_string())?;
-    if let StoreUrl::S3 { .. } = root {
-        tierdb_store::check_reachable(&root, capacity.as_ref())
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    let store = TieredStore::with_capacity(capacity, root.to_string(), options)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok((store, path))
-}
-
-async fn open_db(url: &str, kv: &KvArgs) -> CliResult<KvDb> {
-    let (store, path) = open_store(url, &kv.tiers).await?;
-    KvDb::open(store, &path, url, &kv.options())
-        .await
-        .map_err(|e| e.to_string())
-}
-
-/// Reads go through a follower that writes nothing, so they never fence a running writer.
-async fn open_reader(url: &str, kv: &KvArgs) -> CliResult<KvReplica> {
-    let (store, path) = open_store(url, &kv.tiers).await?;
-    KvReplica::open_unpinned(store, &path, url, Duration::from_secs(1))
-        .await
-        .map_err(|e| e.to_string())
-}
-
-async fn finish_reader(r: KvReplica) -> CliResult {
-    let store = r.store().clone();
-    r.close().await.map_err(|e| e.to_string())?;
-    crate::close(&store).await
-}
-
-async fn finish(db: KvDb) -> CliResult {
-    let store = db.store().clone();
-    db.close().await.map_err(|e| e.to_string())?;
-    crate::close(&store).await
+/// Closes `db`, or reports `failed` (closing first, so the store is left clean).
+async fn finish<T>(db: Database, result: Result<T, tierdb_kv::KvError>) -> CliResult<T> {
+    let closed = db.close().await;
+    let value = result?;
+    closed?;
+    Ok(value)
 }
 
 /// Shows bytes as text when printable, escaping the rest (`\xNN`, `\t`, `\n`, `\\`).
@@ -179,17 +103,15 @@ pub async fn run_kv(cmd: KvCommand) -> CliResult {
                 Some(v) => Bytes::from(v),
                 None => {
                     let mut buf = Vec::new();
-                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
-                        .map_err(|e| format!("cannot read the value from standard input: {e}"))?;
+                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map_err(|e| {
+                        CliError::input(format!("cannot read the value from standard input: {e}"))
+                    })?;
                     Bytes::from(buf)
                 }
             };
-            let handle = open_db(&db, &kv).await?;
-            let seq = handle
-                .put(key.as_bytes(), &value)
-                .await
-                .map_err(|e| e.to_string())?;
-            finish(handle).await?;
+            let handle = open(&db, &kv, Role::Writer).await?;
+            let writer = handle.writer("put")?.clone();
+            let seq = finish(handle, writer.put(key.as_bytes(), &value).await).await?;
             eprintln!(
                 "committed {} ({} bytes) at seq {seq}",
                 ShowKey(key.as_bytes()),
@@ -198,17 +120,19 @@ pub async fn run_kv(cmd: KvCommand) -> CliResult {
             Ok(())
         }
         KvCommand::Get { db, key, kv } => {
-            let handle = open_reader(&db, &kv).await?;
-            let got = handle.get(key.as_bytes()).await.map_err(|e| e.to_string());
-            finish_reader(handle).await?;
-            match got? {
+            let handle = open(&db, &kv, Role::Follower).await?;
+            let got = handle.kv().get(key.as_bytes()).await;
+            match finish(handle, got).await? {
                 Some(v) => {
                     let mut out = std::io::stdout().lock();
                     out.write_all(&v)
                         .and_then(|()| out.flush())
-                        .map_err(|e| format!("cannot write to standard output: {e}"))
+                        .map_err(output_failed)
                 }
-                None => Err(format!("key {} not found in {db}", ShowKey(key.as_bytes()))),
+                None => Err(CliError::new(
+                    tierdb_store::ErrorKind::NotFound,
+                    format!("key {} not found in {db}", ShowKey(key.as_bytes())),
+                )),
             }
         }
         KvCommand::Scan {
@@ -219,31 +143,26 @@ pub async fn run_kv(cmd: KvCommand) -> CliResult {
             limit,
             kv,
         } => {
-            let handle = open_reader(&db, &kv).await?;
+            let handle = open(&db, &kv, Role::Follower).await?;
             let rows = match prefix {
-                Some(p) => handle.scan_prefix(p.as_bytes(), limit).await,
+                Some(p) => handle.kv().scan_prefix(p.as_bytes(), limit).await,
                 None => {
                     let lo = start.map_or(Bound::Unbounded, |s| Bound::Included(Bytes::from(s)));
                     let hi = end.map_or(Bound::Unbounded, |s| Bound::Excluded(Bytes::from(s)));
-                    handle.scan((lo, hi), limit).await
+                    handle.kv().scan((lo, hi), limit).await
                 }
-            }
-            .map_err(|e| e.to_string());
-            finish_reader(handle).await?;
+            };
+            let rows = finish(handle, rows).await?;
             let mut out = std::io::stdout().lock();
-            for (k, v) in rows? {
-                writeln!(out, "{}\t{}", escape(&k), escape(&v))
-                    .map_err(|e| format!("cannot write to standard output: {e}"))?;
+            for (k, v) in rows {
+                writeln!(out, "{}\t{}", escape(&k), escape(&v)).map_err(output_failed)?;
             }
             Ok(())
         }
         KvCommand::Del { db, key, kv } => {
-            let handle = open_db(&db, &kv).await?;
-            let seq = handle
-                .delete(key.as_bytes())
-                .await
-                .map_err(|e| e.to_string())?;
-            finish(handle).await?;
+            let handle = open(&db, &kv, Role::Writer).await?;
+            let writer = handle.writer("del")?.clone();
+            let seq = finish(handle, writer.delete(key.as_bytes()).await).await?;
             eprintln!("deleted {} at seq {seq}", ShowKey(key.as_bytes()));
             Ok(())
         }
@@ -252,201 +171,149 @@ pub async fn run_kv(cmd: KvCommand) -> CliResult {
 
 /// `tierdb info DB`: reads the manifest without opening the database as writer, and shows
 /// the tier statistics a process using `--cache-dir` left there.
-pub async fn run_info(db: String, tiers: TierArgs) -> CliResult {
+pub async fn run_info(db: String, format: Format, tiers: TierArgs) -> CliResult {
     // The cache directory may be in use (locked) by the writer: read its statistics file
     // only, and read the manifest through a DRAM-only store.
     let cache_dir = tiers.cache_dir.clone();
-    let mut own = tiers.clone();
-    own.cache_dir = None;
-    own.cache_bytes = ByteSize(0);
-    own.write_mode = tierdb_store::WriteMode::WriteThrough;
-    let (store, path) = open_store(&db, &own).await?;
-    let (marker, shape) = DbShape::read(&store, &path, &db)
-        .await
-        .map_err(|e| e.to_string())?;
-    let stats = store.stats();
-    println!("database      {db}");
-    println!(
-        "format        {} v{} ({})",
-        marker.format, marker.version, marker.engine
+    let mut options = tiers.store_options(Workload::Kv);
+    options.tiers.cache_dir = None;
+    options.tiers.cache_bytes = 0;
+    options.tiers.write_mode = tierdb_store::WriteMode::WriteThrough;
+    let (store, path) = tierdb_engine::open_store_of(&db, &options).await?;
+    let read = async {
+        let (marker, shape) = DbShape::read(&store, &path, &db).await?;
+        let lease =
+            tierdb_kv::lease::read(&store, &object_store::path::Path::from(path.as_str()), &db)
+                .await?;
+        Ok::<_, tierdb_kv::KvError>((marker, shape, lease))
+    }
+    .await;
+    let closed = crate::store_cmd::close(&store).await;
+    let (marker, shape, lease) = read?;
+    closed?;
+    let saved = match &cache_dir {
+        Some(dir) => tierdb_store::SavedStats::read(dir)?,
+        None => None,
+    };
+    let lease = lease.filter(|l| !l.released);
+    if format == Format::Json {
+        return stats::print_json(&serde_json::json!({
+            "database": db,
+            "marker": marker,
+            "manifest_id": shape.manifest_id,
+            "writer_epoch": shape.writer_epoch,
+            "compactor_epoch": shape.compactor_epoch,
+            "sst_bytes": shape.total_bytes(),
+            "l0_bytes": shape.l0_bytes,
+            "sorted_runs": shape.sorted_runs.iter().map(|(id, ssts, bytes)| {
+                serde_json::json!({"id": id, "ssts": ssts, "bytes": bytes})
+            }).collect::<Vec<_>>(),
+            "next_wal_id": shape.next_wal_id,
+            "replay_after_wal_id": shape.replay_after_wal_id,
+            "checkpoints": shape.checkpoints,
+            "external_dbs": shape.external_dbs,
+            "writer": lease.as_ref().map(|l| serde_json::json!({
+                "pid": l.pid,
+                "host": l.host,
+                "heartbeat_age_s": l.age().as_secs_f64(),
+                "live": l.is_live(),
+            })),
+            "cache": saved,
+        }));
+    }
+    let mut t = stats::table(&["database", &db]);
+    let mut row = |k: &str, v: String| {
+        t.add_row(vec![k.to_string(), v]);
+    };
+    row(
+        "format",
+        format!("{} v{} ({})", marker.format, marker.version, marker.engine),
     );
     if let Some(src) = &marker.clone_of {
-        println!("clone of      {src}");
+        row("clone of", src.clone());
     }
-    println!(
-        "manifest      #{} (writer epoch {}, compactor epoch {})",
-        shape.manifest_id, shape.writer_epoch, shape.compactor_epoch
+    row(
+        "manifest",
+        format!(
+            "#{} (writer epoch {}, compactor epoch {})",
+            shape.manifest_id, shape.writer_epoch, shape.compactor_epoch
+        ),
     );
-    println!(
-        "size          {} in SSTs (estimated)",
-        ByteSize(shape.total_bytes())
+    row(
+        "size",
+        format!("{} in SSTs (estimated)", ByteSize(shape.total_bytes())),
     );
-    println!(
-        "L0            {} SSTs, {}",
-        shape.l0_bytes.len(),
-        ByteSize(shape.l0_bytes.iter().sum())
+    row(
+        "L0",
+        format!(
+            "{} SSTs, {}",
+            shape.l0_bytes.len(),
+            ByteSize(shape.l0_bytes.iter().sum())
+        ),
     );
     for (id, ssts, bytes) in &shape.sorted_runs {
-        println!("sorted run {id:<3}{ssts} SSTs, {}", ByteSize(*bytes));
-    }
-    println!(
-        "WAL           replay after #{}, next #{}",
-        shape.replay_after_wal_id, shape.next_wal_id
-    );
-    let lease = tierdb_kv::lease::read(&store, &object_store::path::Path::from(path.as_str()), &db)
-        .await
-        .map_err(|e| e.to_string())?;
-    match lease.filter(|l| !l.released) {
-        Some(l) => println!(
-            "writer        process {} on {}, heartbeat {:.1} s ago ({})",
-            l.pid,
-            l.host,
-            l.age().as_secs_f64(),
-            if l.is_live() {
-                "running"
-            } else {
-                "stale: crashed or stopped"
-            }
-        ),
-        None => println!("writer        none (the last one closed cleanly)"),
-    }
-    println!("checkpoints   {}", shape.checkpoints);
-    if !shape.external_dbs.is_empty() {
-        println!(
-            "shares SSTs of {} other database(s)",
-            shape.external_dbs.len()
+        row(
+            &format!("sorted run {id}"),
+            format!("{ssts} SSTs, {}", ByteSize(*bytes)),
         );
     }
-    match &cache_dir {
-        Some(dir) => match tierdb_store::SavedStats::read(dir).map_err(|e| e.to_string())? {
-            Some(saved) => {
-                let age_s =
-                    tierdb_kv::lease::now_ms().saturating_sub(saved.taken_ms) as f64 / 1000.0;
-                println!(
-                    "cache tiers in {} (process {}, {:.0} s ago, serving {}):",
-                    dir.display(),
-                    saved.pid,
-                    age_s,
-                    saved.capacity
-                );
-                print_tier_stats(&saved.stats);
-            }
-            None => println!("cache tiers: {} holds no statistics yet", dir.display()),
+    row(
+        "WAL",
+        format!(
+            "replay after #{}, next #{}",
+            shape.replay_after_wal_id, shape.next_wal_id
+        ),
+    );
+    row(
+        "writer",
+        match &lease {
+            Some(l) => format!(
+                "process {} on {}, heartbeat {:.1} s ago ({})",
+                l.pid,
+                l.host,
+                l.age().as_secs_f64(),
+                if l.is_live() {
+                    "running"
+                } else {
+                    "stale: crashed or stopped"
+                }
+            ),
+            None => "none (the last one closed cleanly)".to_string(),
         },
-        None => {
-            println!(
-                "cache tiers (this process, reading the manifest; --cache-dir DIR shows a writer's):"
-            );
-            print_tier_stats(&stats);
-        }
+    );
+    row("checkpoints", shape.checkpoints.to_string());
+    if !shape.external_dbs.is_empty() {
+        row(
+            "shares SSTs of",
+            format!("{} other database(s)", shape.external_dbs.len()),
+        );
     }
-    crate::close(&store).await
+    println!("{t}\n");
+    match (&cache_dir, saved) {
+        (Some(dir), Some(saved)) => {
+            let age_s = tierdb_kv::lease::now_ms().saturating_sub(saved.taken_ms) as f64 / 1000.0;
+            println!(
+                "cache tiers in {} (process {}, {:.0} s ago, serving {}):\n",
+                dir.display(),
+                saved.pid,
+                age_s,
+                saved.capacity
+            );
+            stats::print_tier_stats(&saved.stats);
+        }
+        (Some(dir), None) => println!("cache tiers: {} holds no statistics yet", dir.display()),
+        (None, _) => println!("cache tiers: give --cache-dir DIR to see a process's statistics"),
+    }
+    Ok(())
 }
 
 /// `tierdb clone SRC DST`.
 pub async fn run_clone(src: String, dst: String, tiers: TierArgs) -> CliResult {
-    let (src_root, src_path) = locate(&src)?;
-    let (dst_root, dst_path) = locate(&dst)?;
-    if src_root != dst_root {
-        return Err(format!(
-            "cannot clone {src} into {dst}: a clone shares its source's files, so both must be in \
-             the same bucket (or on the same local filesystem)"
-        ));
-    }
-    let (store, _) = open_store(&src, &tiers).await?;
     let t = std::time::Instant::now();
-    tierdb_kv::clone_db(&store, &src_path, &dst_path, &src, &dst)
-        .await
-        .map_err(|e| e.to_string())?;
-    crate::close(&store).await?;
+    tierdb_engine::clone_database(&src, &dst, &tiers.store_options(Workload::Kv)).await?;
     eprintln!(
         "cloned {src} into {dst} in {:.2?} (SST files shared, not copied)",
         t.elapsed()
     );
     Ok(())
-}
-
-/// Per-tier statistics, one line per tier.
-pub fn print_tier_stats(stats: &tierdb_store::TierStats) {
-    let (dram, device, capacity) = stats.hit_ratios();
-    println!(
-        "  DRAM        {} block hits ({:.1}%), {} used of {}",
-        stats.dram.hits,
-        dram * 100.0,
-        ByteSize(stats.dram.usage_bytes),
-        ByteSize(stats.dram.capacity_bytes)
-    );
-    println!(
-        "  device      {} block hits ({:.1}%), {} read, {} written",
-        stats.device.hits,
-        device * 100.0,
-        ByteSize(stats.device.read_bytes),
-        ByteSize(stats.device.write_bytes)
-    );
-    println!(
-        "  capacity    {} block misses ({:.1}%), {} GETs ({}), {} PUTs ({}), {} LISTs",
-        stats.capacity.misses,
-        capacity * 100.0,
-        stats.capacity.gets,
-        ByteSize(stats.capacity.get_bytes),
-        stats.capacity.puts,
-        ByteSize(stats.capacity.put_bytes),
-        stats.capacity.lists
-    );
-    if let Some(wb) = &stats.write_back {
-        println!(
-            "  write-back  {} appends in {} fsyncs, {} pending objects, {} dirty, {} uploaded, \
-             upload lag {} ms (what a take-over or a lost device would lose)",
-            wb.appends,
-            wb.group_commits,
-            wb.pending_objects,
-            ByteSize(wb.dirty_bytes),
-            wb.uploaded_objects,
-            wb.upload_lag_ms
-        );
-    }
-}
-
-/// `tierdb debug kv-commit-stream`, for the crash tests: prints "acked i" per commit; the
-/// first failed commit ends the run with its error.
-pub async fn commit_stream(
-    url: &str,
-    count: u64,
-    writers: u64,
-    rows: u64,
-    kv: &KvArgs,
-) -> CliResult {
-    let db = std::sync::Arc::new(open_db(url, kv).await?);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<u64, String>>();
-    let writers = writers.max(1);
-    for w in 0..writers {
-        let (db, tx) = (db.clone(), tx.clone());
-        tokio::spawn(async move {
-            let mut i = w;
-            while i < count {
-                let mut batch = tierdb_kv::Batch::new();
-                for r in 0..rows {
-                    batch.put(format!("b{i:08}/r{r:03}"), format!("v{i}"));
-                }
-                let result = db.commit(batch).await.map(|_| i).map_err(|e| e.to_string());
-                let failed = result.is_err();
-                if tx.send(result).is_err() || failed {
-                    return;
-                }
-                i += writers;
-            }
-        });
-    }
-    drop(tx);
-    let mut out = std::io::stdout().lock();
-    while let Some(acked) = rx.recv().await {
-        writeln!(out, "acked {}", acked?)
-            .and_then(|()| out.flush())
-            .map_err(|e| e.to_string())?;
-    }
-    drop(out);
-    match std::sync::Arc::try_unwrap(db) {
-        Ok(db) => finish(db).await,
-        Err(_) => Ok(()),
-    }
 }

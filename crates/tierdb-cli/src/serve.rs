@@ -25,9 +25,10 @@ use pgwire::messages::PgWireBackendMessage;
 use tierdb_tables::{SqlEngine, StatementResult, TableError};
 use tokio::net::TcpListener;
 
-use crate::CliResult;
-use crate::kv_cmd::KvArgs;
-use crate::sql_cmd::{EngineArgs, Handle, open_engine};
+use crate::args::KvArgs;
+use crate::error::{CliError, CliResult};
+use crate::sql_cmd::{EngineArgs, open_engine};
+use tierdb_engine::Role;
 
 const SCRAM_ITERATIONS: usize = 4096;
 
@@ -102,7 +103,7 @@ struct Database {
 
 struct Live {
     engine: Arc<SqlEngine>,
-    handle: Option<Handle>,
+    handle: Option<tierdb_engine::Database>,
 }
 
 impl Database {
@@ -145,7 +146,7 @@ impl Database {
         let deadline = tokio::time::Instant::now() + self.recover_for;
         let mut pause = std::time::Duration::from_millis(250);
         loop {
-            match open_engine(&self.db, &self.kv, &self.engine_args).await {
+            match open_engine(&self.db, &self.kv, &self.engine_args, Role::Writer).await {
                 Ok((engine, handle)) => {
                     tracing::warn!(db = %self.db, "database reopened; serving again");
                     *self.live.write().await = Live {
@@ -176,7 +177,7 @@ impl Database {
     async fn close(&self) -> CliResult {
         let handle = self.live.write().await.handle.take();
         match handle {
-            Some(h) => h.close().await,
+            Some(h) => Ok(h.close().await?),
             None => Ok(()),
         }
     }
@@ -396,7 +397,7 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
     let listener = TcpListener::bind(&args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let (engine, handle) = open_engine(&args.db, &args.kv, &args.engine).await?;
+    let (engine, handle) = open_engine(&args.db, &args.kv, &args.engine, Role::Writer).await?;
     let (fatal, mut fatal_rx) = tokio::sync::watch::channel(None);
     let database = Arc::new(Database {
         db: args.db.clone(),
@@ -449,7 +450,7 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
         _ = tokio::signal::ctrl_c() => println!("shutting down"),
         fatal = fatal_rx.wait_for(Option::is_some) => {
             let message = fatal.ok().and_then(|m| m.clone()).unwrap_or_default();
-            return Err(message);
+            return Err(CliError::new(tierdb_store::ErrorKind::Retry, message));
         }
     }
     database.close().await

@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 use bytesize::ByteSize;
 use clap::{Args, Subcommand, ValueEnum};
 use datafusion::arrow::array::RecordBatch;
-use indicatif::{ProgressBar, ProgressStyle};
-use tierdb_kv::{KvDb, KvReplica};
-use tierdb_tables::import::{Format, ImportOptions, ImportProgress, import};
-use tierdb_tables::{EngineOptions, SqlEngine, StatementResult, Tables, ssb};
 
-use crate::CliResult;
-use crate::kv_cmd::{KvArgs, open_store};
+use tierdb_engine::{Database, Role, Workload};
+use tierdb_tables::import::{Format, ImportOptions, ImportProgress, import};
+use tierdb_tables::{EngineOptions, SqlEngine, StatementResult, ssb};
+
+use crate::args::KvArgs;
+use crate::error::{CliError, CliResult, output_failed};
+use crate::stats;
 
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
@@ -163,105 +164,47 @@ pub struct BenchSsbArgs {
     pub kv: KvArgs,
 }
 
-/// The writer of `db`, its tables and a SQL engine over them.
+/// A SQL engine over the tables of `db`: read-write as its writer, read-only as a follower
+/// (which never disturbs a running writer).
 pub async fn open_engine(
     db: &str,
     kv: &KvArgs,
     engine: &EngineArgs,
-) -> CliResult<(SqlEngine, Handle)> {
-    let (store, path) = open_store(db, &analytic(&kv.tiers)).await?;
-    let kvdb = Arc::new(
-        KvDb::open(store, &path, db, &kv.options())
-            .await
-            .map_err(|e| e.to_string())?,
-    );
-    let tables = Arc::new(Tables::writer(kvdb.clone()));
-    let engine = SqlEngine::new(tables, &engine.options()).map_err(|e| e.to_string())?;
-    Ok((engine, Handle::Writer(kvdb)))
-}
-
-async fn open_follower(
-    db: &str,
-    kv: &KvArgs,
-    engine: &EngineArgs,
-) -> CliResult<(SqlEngine, Handle)> {
-    let (store, path) = open_store(db, &analytic(&kv.tiers)).await?;
-    let replica = Arc::new(
-        KvReplica::open_unpinned(store, &path, db, kv.poll_interval.into())
-            .await
-            .map_err(|e| e.to_string())?,
-    );
-    let tables = Arc::new(Tables::reader(replica.clone(), &path));
-    let engine = SqlEngine::new(tables, &engine.options()).map_err(|e| e.to_string())?;
-    Ok((engine, Handle::Reader(replica)))
-}
-
-/// Tier options for SQL: scans of immutable segments are the data worth caching, so no
-/// sequential cutoff unless one is given.
-fn analytic(tiers: &crate::TierArgs) -> crate::TierArgs {
-    let mut t = tiers.clone();
-    if t.sequential_cutoff.is_none() {
-        t.sequential_cutoff = Some(ByteSize(u64::MAX));
-    }
-    t
-}
-
-/// What to close at the end.
-#[derive(Debug)]
-pub enum Handle {
-    Writer(Arc<KvDb>),
-    Reader(Arc<KvReplica>),
-}
-
-impl Handle {
-    /// Gives the database up without flushing, as a crash would (see
-    /// `TieredStore::abandon`): for a handle whose engine failed.
-    pub async fn abandon(self) {
-        match self {
-            Handle::Writer(w) => w.abandon().await,
-            Handle::Reader(r) => r.store().abandon().await,
-        }
-    }
-
-    pub async fn close(self) -> CliResult {
-        match self {
-            Handle::Writer(w) => {
-                let store = w.store().clone();
-                w.close().await.map_err(|e| e.to_string())?;
-                crate::close(&store).await
-            }
-            Handle::Reader(r) => {
-                let store = r.store().clone();
-                r.close().await.map_err(|e| e.to_string())?;
-                crate::close(&store).await
-            }
+    role: Role,
+) -> CliResult<(SqlEngine, Database)> {
+    let database = Database::open(db, &kv.open_options(Workload::Tables, role)).await?;
+    match SqlEngine::new(Arc::new(database.tables()), &engine.options()) {
+        Ok(sql) => Ok((sql, database)),
+        Err(e) => {
+            let _ = database.close().await;
+            Err(e.into())
         }
     }
 }
 
 pub async fn run_sql(args: SqlArgs) -> CliResult {
     let (engine, handle) = if args.read_only {
-        open_follower(&args.db, &args.kv, &args.engine).await?
+        open_engine(&args.db, &args.kv, &args.engine, Role::Follower).await?
     } else {
-        open_engine(&args.db, &args.kv, &args.engine).await?
+        open_engine(&args.db, &args.kv, &args.engine, Role::Writer).await?
     };
     let result = match &args.command {
         Some(sql) => run_script(&engine, sql, args.format).await,
         None => shell(&engine, args.format).await,
     };
     let closed = handle.close().await;
-    result.and(closed)
+    result.and(closed.map_err(CliError::from))
 }
 
 async fn run_script(engine: &SqlEngine, sql: &str, format: OutputFormat) -> CliResult {
     // Like `psql -c`: one string of INSERTs is one implicit transaction (SqlEngine::run).
-    let statements = engine.parse(sql).map_err(|e| e.to_string())?;
+    let statements = engine.parse(sql)?;
     let (results, error) = engine.run(statements).await;
     for r in &results {
         print_result(r, format)?;
     }
     match error {
-        Some(e) => Err(e.to_string()),
+        Some(e) => Err(e.into()),
         None => Ok(()),
     }
 }
@@ -295,7 +238,7 @@ async fn shell(engine: &SqlEngine, format: OutputFormat) -> CliResult {
         let n = stdin
             .lock()
             .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| CliError::input(format!("cannot read standard input: {e}")))?;
         if n == 0 {
             break;
         }
@@ -335,7 +278,7 @@ pub fn print_result(r: &StatementResult, format: OutputFormat) -> CliResult {
     match format {
         OutputFormat::Table => {
             let text = datafusion::arrow::util::pretty::pretty_format_batches(&r.batches)
-                .map_err(|e| e.to_string())?;
+                .map_err(output_failed)?;
             if r.batches.is_empty() {
                 let names: Vec<_> = r
                     .schema
@@ -343,11 +286,11 @@ pub fn print_result(r: &StatementResult, format: OutputFormat) -> CliResult {
                     .iter()
                     .map(|f| f.name().as_str())
                     .collect();
-                writeln!(out, "{}", names.join(" | ")).map_err(|e| e.to_string())?;
+                writeln!(out, "{}", names.join(" | ")).map_err(output_failed)?;
             } else {
-                writeln!(out, "{text}").map_err(|e| e.to_string())?;
+                writeln!(out, "{text}").map_err(output_failed)?;
             }
-            writeln!(out, "({} rows)", r.rows()).map_err(|e| e.to_string())?;
+            writeln!(out, "({} rows)", r.rows()).map_err(output_failed)?;
         }
         OutputFormat::Csv => {
             let mut w = datafusion::arrow::csv::WriterBuilder::new()
@@ -355,21 +298,21 @@ pub fn print_result(r: &StatementResult, format: OutputFormat) -> CliResult {
                 .build(&mut out);
             if r.batches.is_empty() {
                 let empty = RecordBatch::new_empty(r.schema.clone());
-                w.write(&empty).map_err(|e| e.to_string())?;
+                w.write(&empty).map_err(output_failed)?;
             }
             for b in &r.batches {
-                w.write(b).map_err(|e| e.to_string())?;
+                w.write(b).map_err(output_failed)?;
             }
         }
         OutputFormat::Json => {
             let mut w = datafusion::arrow::json::ArrayWriter::new(&mut out);
             let refs: Vec<&RecordBatch> = r.batches.iter().collect();
-            w.write_batches(&refs).map_err(|e| e.to_string())?;
-            w.finish().map_err(|e| e.to_string())?;
+            w.write_batches(&refs).map_err(output_failed)?;
+            w.finish().map_err(output_failed)?;
             if r.batches.is_empty() {
-                write!(out, "[]").map_err(|e| e.to_string())?;
+                write!(out, "[]").map_err(output_failed)?;
             }
-            writeln!(out).map_err(|e| e.to_string())?;
+            writeln!(out).map_err(output_failed)?;
         }
     }
     Ok(())
@@ -386,9 +329,9 @@ fn import_options(args: &ImportArgs, threads: usize) -> CliResult<ImportOptions>
         None => None,
         Some(c) if c.is_ascii() => Some(c as u8),
         Some(c) => {
-            return Err(format!(
+            return Err(CliError::input(format!(
                 "--delimiter {c:?}: must be a single ASCII character"
-            ));
+            )));
         }
     };
     Ok(ImportOptions {
@@ -412,12 +355,8 @@ async fn import_with_progress(
     options: &ImportOptions,
 ) -> CliResult<tierdb_tables::import::ImportSummary> {
     let progress = Arc::new(ImportProgress::default());
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix:>10} [{elapsed_precise}] {bar:30.cyan/blue} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {msg}",
-        )
-        .map_err(|e| e.to_string())?,
+    let bar = stats::progress_bar(
+        "{prefix:>10} [{elapsed_precise}] {bar:30.cyan/blue} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {msg}",
     );
     bar.set_prefix(table.to_string());
     let ticker = {
@@ -457,7 +396,7 @@ async fn import_with_progress(
     .await;
     ticker.abort();
     bar.finish_and_clear();
-    let s = result.map_err(|e| e.to_string())?;
+    let s = result?;
     println!(
         "{table}: imported {} rows from {} file(s), {} in {:.2} s: {:.0} rows/s, {:.1} MB/s; \
          {} segment(s), {} of Parquet{}",
@@ -478,7 +417,7 @@ async fn import_with_progress(
 }
 
 pub async fn run_import(args: ImportArgs) -> CliResult {
-    let (engine, handle) = open_engine(&args.db, &args.kv, &args.engine).await?;
+    let (engine, handle) = open_engine(&args.db, &args.kv, &args.engine, Role::Writer).await?;
     let threads = args.engine.options().threads;
     let result = async {
         let options = import_options(&args, threads)?;
@@ -486,7 +425,7 @@ pub async fn run_import(args: ImportArgs) -> CliResult {
     }
     .await;
     let closed = handle.close().await;
-    result.map(|_| ()).and(closed)
+    result.map(|_| ()).and(closed.map_err(CliError::from))
 }
 
 pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
@@ -505,12 +444,8 @@ pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
         }
         SsbCommand::Generate { sf, dir, chunks } => {
             let progress = Arc::new(ssb::GenProgress::default());
-            let bar = ProgressBar::new(0);
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "generate [{elapsed_precise}] {bar:30.cyan/blue} {pos}/{len} orders ({per_sec})",
-                )
-                .map_err(|e| e.to_string())?,
+            let bar = stats::progress_bar(
+                "generate [{elapsed_precise}] {bar:30.cyan/blue} {pos}/{len} orders ({per_sec})",
             );
             let started = Instant::now();
             let generating = {
@@ -521,7 +456,7 @@ pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
             tokio::pin!(generating);
             let files = loop {
                 tokio::select! {
-                    r = &mut generating => break r.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?,
+                    r = &mut generating => break r.map_err(|e| CliError::new(tierdb_store::ErrorKind::Bug, format!("the generator failed: {e}")))??,
                     () = tokio::time::sleep(Duration::from_millis(200)) => {
                         bar.set_length(progress.orders_total.load(Ordering::Relaxed));
                         bar.set_position(progress.orders_done.load(Ordering::Relaxed));
@@ -551,17 +486,14 @@ pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
                 engine: eargs,
                 kv,
             } = *args;
-            let files = ssb::files_in(&dir).map_err(|e| e.to_string())?;
-            let (engine, handle) = open_engine(&db, &kv, &eargs).await?;
+            let files = ssb::files_in(&dir)?;
+            let (engine, handle) = open_engine(&db, &kv, &eargs, Role::Writer).await?;
             let threads = eargs.options().threads;
             let result = async {
                 let mut total = (0u64, 0u64, Duration::ZERO);
                 for (table, sql) in ssb::ddl(!unsorted) {
-                    engine
-                        .sql(&format!("DROP TABLE IF EXISTS {table}"))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    engine.sql(&sql).await.map_err(|e| e.to_string())?;
+                    engine.sql(&format!("DROP TABLE IF EXISTS {table}")).await?;
+                    engine.sql(&sql).await?;
                     let paths = files
                         .iter()
                         .find(|(t, _)| *t == table)
@@ -593,11 +525,11 @@ pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
                     total.0 as f64 / total.2.as_secs_f64().max(1e-9),
                     total.1 as f64 / 1e6 / total.2.as_secs_f64().max(1e-9)
                 );
-                Ok::<_, String>(())
+                Ok::<_, CliError>(())
             }
             .await;
             let closed = handle.close().await;
-            result.and(closed)
+            result.and(closed.map_err(CliError::from))
         }
     }
 }
@@ -625,10 +557,10 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
         })
         .collect();
     if selected.is_empty() {
-        return Err(format!(
+        return Err(CliError::input(format!(
             "--queries {}: no such query (Q1.1 … Q4.3)",
             args.queries.join(",")
-        ));
+        )));
     }
     let scan = tierdb_tables::provider::ScanOptions {
         extent_elimination: !args.no_extent_elimination,
@@ -639,7 +571,8 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
         // Each query on a fresh open: empty DRAM tier, and the device tier (if any) emptied
         // by pointing it at a new directory.
         for (name, sql) in &selected {
-            let (engine, handle) = open_follower(&args.db, &args.kv, &args.engine).await?;
+            let (engine, handle) =
+                open_engine(&args.db, &args.kv, &args.engine, Role::Follower).await?;
             engine.set_scan_options(scan);
             let r = run_query(&engine, name, sql, &mut answers).await;
             let closed = handle.close().await;
@@ -647,7 +580,8 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
             closed?;
         }
     } else {
-        let (engine, handle) = open_follower(&args.db, &args.kv, &args.engine).await?;
+        let (engine, handle) =
+            open_engine(&args.db, &args.kv, &args.engine, Role::Follower).await?;
         engine.set_scan_options(scan);
         let r = async {
             let mut out = Vec::new();
@@ -668,7 +602,7 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
                 }
                 out.extend(best);
             }
-            Ok::<_, String>(out)
+            Ok::<_, CliError>(out)
         }
         .await;
         let closed = handle.close().await;
@@ -724,7 +658,10 @@ async fn run_query(
     let (_, bytes_before) = engine.tables().df_store().counters().snapshot();
     let scan_before = engine.scan_counters().snapshot();
     let started = Instant::now();
-    let results = engine.sql(sql).await.map_err(|e| format!("{name}: {e}"))?;
+    let results = engine
+        .sql(sql)
+        .await
+        .map_err(|e| CliError::from(e).context(name))?;
     let seconds = started.elapsed().as_secs_f64();
     let (_, bytes_after) = engine.tables().df_store().counters().snapshot();
     let scan_after = engine.scan_counters().snapshot();
@@ -735,7 +672,7 @@ async fn run_query(
         .with_header(false)
         .build(Vec::new());
     for b in &r.batches {
-        w.write(b).map_err(|e| e.to_string())?;
+        w.write(b).map_err(output_failed)?;
     }
     answers.push_str(&String::from_utf8_lossy(&w.into_inner()));
     Ok(QueryRun {

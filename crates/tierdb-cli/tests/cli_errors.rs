@@ -24,9 +24,10 @@ fn tierdb(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().unwrap()
 }
 
-/// Asserts failure with exactly one error line containing every `needle`.
-fn assert_clear_error(out: &Output, needles: &[&str]) {
-    assert!(!out.status.success(), "must fail: {out:?}");
+/// Asserts failure with exit status `code` (the kind of error: see `tierdb --help`) and
+/// exactly one error line containing every `needle`.
+fn assert_clear_error(out: &Output, code: i32, needles: &[&str]) {
+    assert_eq!(out.status.code(), Some(code), "exit status: {out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 1, "one error line, got: {stderr}");
@@ -43,7 +44,7 @@ fn assert_clear_error(out: &Output, needles: &[&str]) {
 #[test]
 fn unknown_scheme() {
     let out = tierdb(&["store", "ls", "gs://bucket/x"], &[]);
-    assert_clear_error(&out, &["unknown scheme \"gs\"", "s3://bucket/prefix"]);
+    assert_clear_error(&out, 2, &["unknown scheme \"gs\"", "s3://bucket/prefix"]);
 }
 
 #[test]
@@ -52,7 +53,7 @@ fn missing_credentials() {
         &["store", "ls", "s3://bucket/x"],
         &[("AWS_ENDPOINT_URL", "http://127.0.0.1:9")],
     );
-    assert_clear_error(&out, &["no credentials", "AWS_ACCESS_KEY_ID"]);
+    assert_clear_error(&out, 2, &["no credentials", "AWS_ACCESS_KEY_ID"]);
 }
 
 #[test]
@@ -64,7 +65,7 @@ fn unreachable_endpoint() {
         ("AWS_SECRET_ACCESS_KEY", "s"),
     ];
     let out = tierdb(&["store", "ls", "s3://bucket/x"], &env);
-    assert_clear_error(&out, &["cannot connect", "AWS_ENDPOINT_URL"]);
+    assert_clear_error(&out, 2, &["cannot connect", "AWS_ENDPOINT_URL"]);
 }
 
 #[test]
@@ -72,7 +73,7 @@ fn missing_database_directory_is_not_created_by_reads() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("absent");
     let out = tierdb(&["store", "get", db.to_str().unwrap(), "k"], &[]);
-    assert_clear_error(&out, &["does not exist"]);
+    assert_clear_error(&out, 2, &["does not exist"]);
     assert!(!db.exists());
 }
 
@@ -94,7 +95,7 @@ fn unwritable_cache_directory() {
         ],
         &[],
     );
-    assert_clear_error(&out2, &["cache directory", "--cache-dir"]);
+    assert_clear_error(&out2, 2, &["cache directory", "--cache-dir"]);
 }
 
 #[test]
@@ -113,7 +114,7 @@ fn write_back_without_a_cache_directory() {
         ],
         &[],
     );
-    assert_clear_error(&out, &["write-back needs --cache-dir"]);
+    assert_clear_error(&out, 2, &["write-back needs --cache-dir"]);
     assert!(!db.exists(), "nothing created");
 }
 
@@ -188,7 +189,7 @@ fn a_cache_directory_holding_unflushed_writes_is_not_handed_to_another_store() {
         ],
         &[],
     );
-    assert_clear_error(&refused, &["unflushed writes", "open it with"]);
+    assert_clear_error(&refused, 2, &["unflushed writes", "open it with"]);
     // The owner can still open it, and the acknowledged object is there.
     let get = tierdb(
         &[
@@ -242,7 +243,7 @@ fn put_get_ls_round_trip() {
         ],
         &[],
     );
-    assert_clear_error(&missing, &["cannot get dir/nope"]);
+    assert_clear_error(&missing, 3, &["cannot get dir/nope"]);
     assert!(
         !tmp.path().join("x").exists(),
         "no output file for a failed get"
@@ -276,7 +277,7 @@ fn kv_open_of_a_missing_database_names_it_and_writes_nothing() {
         vec!["info", db],
     ] {
         let out = tierdb(&args, &[]);
-        assert_clear_error(&out, &[db, "does not exist", "--create"]);
+        assert_clear_error(&out, 3, &[db, "does not exist", "--create"]);
     }
     assert!(
         files(tmp.path()).is_empty(),
@@ -297,6 +298,7 @@ fn kv_open_of_a_foreign_prefix_is_refused() {
     );
     assert_clear_error(
         &out,
+        2,
         &["is not a tierdb database", "cat.jpg", "tierdb.json"],
     );
     assert_eq!(files(tmp.path()).len(), 1, "nothing written");
@@ -313,7 +315,7 @@ fn kv_open_of_another_format_version_is_refused() {
     )
     .unwrap();
     let out = tierdb(&["kv", "put", dir.to_str().unwrap(), "k", "v"], &[]);
-    assert_clear_error(&out, &["format version 7", "reads version 2"]);
+    assert_clear_error(&out, 6, &["format version 7", "reads version 2"]);
     assert_eq!(files(tmp.path()).len(), 1, "nothing written");
 }
 
@@ -327,13 +329,17 @@ fn kv_on_an_unreachable_store_says_so() {
             ("AWS_SECRET_ACCESS_KEY", "y"),
         ],
     );
-    assert_clear_error(&out, &["127.0.0.1:9"]);
+    assert_clear_error(&out, 2, &["127.0.0.1:9"]);
 }
 
 #[test]
 fn kv_database_url_without_a_prefix_is_refused() {
     let out = tierdb(&["kv", "get", "s3://bucket", "k"], &[]);
-    assert_clear_error(&out, &["name a prefix in the bucket", "s3://bucket/mydb"]);
+    assert_clear_error(
+        &out,
+        2,
+        &["name a prefix in the bucket", "s3://bucket/mydb"],
+    );
 }
 
 #[test]
@@ -364,14 +370,14 @@ fn kv_round_trip_clone_and_info() {
         "the source keeps its key"
     );
     let out = tierdb(&["kv", "get", clone, "a"], &[]);
-    assert_clear_error(&out, &["key \"a\" not found", clone]);
+    assert_clear_error(&out, 3, &["key \"a\" not found", clone]);
     let info = run(&["info", clone]);
     assert!(
         info.contains("clone of") && info.contains("tierdb-kv v2"),
         "{info}"
     );
     let out = tierdb(&["clone", db, clone], &[]);
-    assert_clear_error(&out, &["already exists"]);
+    assert_clear_error(&out, 4, &["already exists"]);
 }
 
 #[test]
@@ -400,6 +406,7 @@ fn a_second_writer_is_refused_while_the_first_runs_unless_it_takes_over() {
     let out = tierdb(&["kv", "put", db, "k", "v"], &[]);
     assert_clear_error(
         &out,
+        4,
         &[
             "has a running writer",
             "--take-over",

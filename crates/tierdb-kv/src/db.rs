@@ -498,6 +498,7 @@ kv_read_via!(KvSnapshot, |s| s.snap.as_ref());
 /// time to read the new WAL objects). It never fences the writer.
 pub struct KvReplica {
     name: String,
+    path: Path,
     reader: DbReader,
     store: TieredStore,
 }
@@ -563,6 +564,7 @@ impl KvReplica {
             .map_err(|e| KvError::engine(name, "open replica", e))?;
         Ok(KvReplica {
             name: name.to_string(),
+            path: Path::from(path),
             reader,
             store,
         })
@@ -574,6 +576,11 @@ impl KvReplica {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The database's prefix in its store.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     pub fn store(&self) -> &TieredStore {

@@ -9,6 +9,7 @@
 //! - [`KvSnapshot`]: a consistent read-only view.
 //! - [`KvReplica`]: a read-only follower in any process, with bounded lag.
 //! - [`clone_db`]: a zero-copy clone sharing its source's SSTs.
+//! - [`KvHandle`]: the writer or a follower, as the engines above take it.
 //!
 //! Durability per write mode, fencing and what is lost when a device or node is lost:
 //! docs/design/kv.md.
@@ -20,6 +21,7 @@ use bytes::Bytes;
 
 mod db;
 mod error;
+mod handle;
 pub mod lease;
 pub mod marker;
 mod options;
@@ -27,49 +29,8 @@ pub mod sealed;
 
 pub use db::{DbShape, KvDb, KvReplica, KvSnapshot, clone_db};
 pub use error::{ErrorKind, KvError, Result, Result as KvResult, ShowKey};
+pub use handle::KvHandle;
 pub use options::{Compression, KvOptions};
-
-/// Splits a database URL into the store to open and the database's path in it.
-///
-/// A database URL names its own prefix: `s3://bucket/a/b` is the database at `a/b` in the
-/// bucket, `/data/db` the one at `data/db` under `/`. The store is opened at the bucket (or
-/// the filesystem root) so that a clone and its source, which refer to each other by path,
-/// resolve the same way from either.
-pub fn locate(url: &str) -> std::result::Result<(tierdb_store::StoreUrl, String), String> {
-    use tierdb_store::StoreUrl;
-    let parsed = StoreUrl::parse(url).map_err(|e| e.to_string())?;
-    match parsed {
-        StoreUrl::Local(dir) => {
-            let rel = dir
-                .strip_prefix("/")
-                .map_err(|_| format!("invalid database URL {url:?}: not an absolute path"))?
-                .to_str()
-                .ok_or_else(|| format!("invalid database URL {url:?}: the path is not UTF-8"))?
-                .to_string();
-            if rel.is_empty() {
-                return Err(format!(
-                    "invalid database URL {url:?}: a database needs its own directory, not /"
-                ));
-            }
-            Ok((StoreUrl::Local(std::path::PathBuf::from("/")), rel))
-        }
-        StoreUrl::S3 { bucket, prefix } => {
-            if prefix.is_empty() {
-                return Err(format!(
-                    "invalid database URL {url:?}: name a prefix in the bucket, e.g. s3://{bucket}/mydb"
-                ));
-            }
-            Ok((
-                StoreUrl::S3 {
-                    bucket,
-                    prefix: String::new(),
-                },
-                prefix,
-            ))
-        }
-        StoreUrl::Memory => Ok((StoreUrl::Memory, "db".into())),
-    }
-}
 
 /// The SlateDB release the on-store format comes from (pinned exactly in Cargo.toml).
 pub const SLATEDB_VERSION: &str = "0.18.0";

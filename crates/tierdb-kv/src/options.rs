@@ -12,15 +12,16 @@ pub enum Compression {
 }
 
 impl std::str::FromStr for Compression {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = tierdb_store::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "none" => Ok(Compression::None),
             "lz4" => Ok(Compression::Lz4),
             "zstd" => Ok(Compression::Zstd),
-            other => Err(format!(
-                "unknown compression {other:?}; use none, lz4 or zstd"
-            )),
+            other => Err(tierdb_store::Error::InvalidOption {
+                option: "compression",
+                reason: format!("unknown compression {other:?}; use none, lz4 or zstd"),
+            }),
         }
     }
 }

@@ -23,6 +23,8 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
+use tierdb_store::Damage;
+
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
@@ -55,10 +57,10 @@ pub fn seal(data: &[u8]) -> Bytes {
 }
 
 /// The object's bytes without the trailer, if the trailer is intact and matches them.
-pub fn unseal(sealed: &Bytes) -> Result<Bytes, String> {
+pub fn unseal(sealed: &Bytes) -> Result<Bytes, Damage> {
     let len = sealed.len() as u64;
     if len < TRAILER_BYTES {
-        return Err(format!("{len} bytes, too short for its checksum trailer"));
+        return Err(format!("{len} bytes, too short for its checksum trailer").into());
     }
     let n = (len - TRAILER_BYTES) as usize;
     let trailer = &sealed[n..];
@@ -71,15 +73,13 @@ pub fn unseal(sealed: &Bytes) -> Result<Bytes, String> {
     recorded.copy_from_slice(&trailer[4..12]);
     let recorded = u64::from_le_bytes(recorded);
     if recorded != n as u64 {
-        return Err(format!("length {n} does not match the recorded {recorded}"));
+        return Err(format!("length {n} does not match the recorded {recorded}").into());
     }
     let data = sealed.slice(..n);
     let expected = u32::from_le_bytes(crc);
     let got = crc32fast::hash(&data);
     if got != expected {
-        return Err(format!(
-            "CRC-32 {got:08x} does not match the recorded {expected:08x}"
-        ));
+        return Err(format!("CRC-32 {got:08x} does not match the recorded {expected:08x}").into());
     }
     Ok(data)
 }
@@ -126,7 +126,7 @@ impl fmt::Display for SealedStore {
     }
 }
 
-fn slice_range(data: &Bytes, range: &GetRange) -> Result<Range<u64>, String> {
+fn slice_range(data: &Bytes, range: &GetRange) -> Result<Range<u64>, Damage> {
     let len = data.len() as u64;
     let r = match range {
         GetRange::Bounded(r) => r.start..r.end.min(len),
@@ -134,7 +134,7 @@ fn slice_range(data: &Bytes, range: &GetRange) -> Result<Range<u64>, String> {
         GetRange::Suffix(s) => len.saturating_sub(*s)..len,
     };
     if r.start > r.end || r.start > len {
-        return Err(format!("range {range} is outside an object of {len} bytes"));
+        return Err(format!("range {range} is outside an object of {len} bytes").into());
     }
     Ok(r)
 }
@@ -194,7 +194,7 @@ impl ObjectStore for SealedStore {
         let attributes = got.attributes.clone();
         let extensions = got.extensions.clone();
         let sealed = got.bytes().await?;
-        let data = unseal(&sealed).map_err(|reason| damaged(location, reason))?;
+        let data = unseal(&sealed).map_err(|Damage(reason)| damaged(location, reason))?;
         let r = match &range {
             Some(range) => {
                 slice_range(&data, range).map_err(|reason| object_store::Error::Generic {

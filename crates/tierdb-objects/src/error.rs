@@ -57,6 +57,10 @@ pub enum ObjError {
     #[error("{0}")]
     Invalid(String),
 
+    /// A FileStorage file (an import's source) could not be opened or is damaged.
+    #[error("{reason}")]
+    FileStorage { kind: ErrorKind, reason: String },
+
     /// A stored record could not be decoded.
     #[error("damaged record {key}: {reason}")]
     Damaged { key: String, reason: String },
@@ -81,7 +85,7 @@ impl ObjError {
                 ErrorKind::Conflict
             }
             ObjError::ReadOnly { .. } | ObjError::Invalid(_) => ErrorKind::Input,
-            ObjError::Blob { kind, .. } => *kind,
+            ObjError::Blob { kind, .. } | ObjError::FileStorage { kind, .. } => *kind,
             ObjError::References { .. } | ObjError::Damaged { .. } => ErrorKind::Data,
             ObjError::Kv(e) => e.kind(),
         }

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
+use crate::error::{ErrorKind, ObjError, Result};
 use crate::ids::{Oid, Tid};
 use crate::records::TxnMeta;
 
@@ -55,29 +56,30 @@ pub struct FsReader {
 }
 
 impl FsReader {
-    pub fn open(path: &Path) -> Result<Self, String> {
-        let f = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        let len = f
-            .metadata()
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-            .len();
-        let random = f
-            .try_clone()
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    pub fn open(path: &Path) -> Result<Self> {
+        let io = |what: &str, e: std::io::Error| ObjError::FileStorage {
+            kind: match e.kind() {
+                std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+                _ => ErrorKind::Input,
+            },
+            reason: format!("cannot {what} {}: {e}", path.display()),
+        };
+        let f = File::open(path).map_err(|e| io("open", e))?;
+        let len = f.metadata().map_err(|e| io("read", e))?.len();
+        let random = f.try_clone().map_err(|e| io("read", e))?;
         let mut file = BufReader::with_capacity(1 << 20, f);
         let mut magic = [0u8; 4];
-        file.read_exact(&mut magic).map_err(|_| {
-            format!(
-                "{} is not a FileStorage file: shorter than its 4-byte header",
-                path.display()
-            )
-        })?;
+        let not_fs = |why: String| ObjError::FileStorage {
+            kind: ErrorKind::Input,
+            reason: format!("{} is not a FileStorage file: {why}", path.display()),
+        };
+        file.read_exact(&mut magic)
+            .map_err(|_| not_fs("shorter than its 4-byte header".into()))?;
         if &magic != b"FS21" && &magic != b"FS30" {
-            return Err(format!(
-                "{} is not a FileStorage file: it starts with {:?}, not FS21 or FS30",
-                path.display(),
+            return Err(not_fs(format!(
+                "it starts with {:?}, not FS21 or FS30",
                 String::from_utf8_lossy(&magic)
-            ));
+            )));
         }
         Ok(FsReader {
             path: path.to_path_buf(),
@@ -103,15 +105,18 @@ impl FsReader {
         self.pos
     }
 
-    fn damaged(&self, at: u64, what: impl std::fmt::Display) -> String {
-        format!(
-            "{} is damaged at byte {at} (after transaction {}): {what}",
-            self.path.display(),
-            self.last
-        )
+    fn damaged(&self, at: u64, what: impl std::fmt::Display) -> ObjError {
+        ObjError::FileStorage {
+            kind: ErrorKind::Data,
+            reason: format!(
+                "{} is damaged at byte {at} (after transaction {}): {what}; nothing was imported",
+                self.path.display(),
+                self.last
+            ),
+        }
     }
 
-    fn read(&mut self, n: usize) -> Result<Vec<u8>, String> {
+    fn read(&mut self, n: usize) -> Result<Vec<u8>> {
         let at = self.pos;
         if at + n as u64 > self.len {
             return Err(self.damaged(
@@ -127,7 +132,7 @@ impl FsReader {
         Ok(buf)
     }
 
-    fn read_at(&self, at: u64, n: usize) -> Result<Vec<u8>, String> {
+    fn read_at(&self, at: u64, n: usize) -> Result<Vec<u8>> {
         if at + n as u64 > self.len {
             return Err(self.damaged(at, "a back pointer points past the end"));
         }
@@ -140,7 +145,7 @@ impl FsReader {
 
     /// Follows back pointers from the record at `at` to the one holding the data: returns
     /// (data, tid of the record holding it); `None` data for an undone creation.
-    fn resolve(&self, mut at: u64) -> Result<(Option<Bytes>, Tid), String> {
+    fn resolve(&self, mut at: u64) -> Result<(Option<Bytes>, Tid)> {
         for _ in 0..1000 {
             let h = self.read_at(at, DATA_HDR)?;
             let tid = Tid(u64::from_be_bytes(arr(&h[8..16])));
@@ -170,7 +175,7 @@ impl FsReader {
 
     /// The next transaction, or `None` at the end of the file (or at an unfinished
     /// transaction, status 'c', which FileStorage leaves when a commit was interrupted).
-    pub fn next_txn(&mut self) -> Result<Option<FsTxn>, String> {
+    pub fn next_txn(&mut self) -> Result<Option<FsTxn>> {
         if self.pos >= self.len {
             return Ok(None);
         }
@@ -328,7 +333,7 @@ mod tests {
         f
     }
 
-    fn read_all(bytes: &[u8]) -> Result<Vec<FsTxn>, String> {
+    fn read_all(bytes: &[u8]) -> Result<Vec<FsTxn>> {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("Data.fs");
         std::fs::write(&p, bytes).unwrap();

@@ -12,16 +12,19 @@ pub mod error;
 pub mod filestorage;
 mod handle;
 pub mod ids;
+pub mod import;
 pub mod pickle;
 pub mod records;
 mod store;
 
 pub use blobs::SINGLE_PUT_MAX;
 pub use error::{ErrorKind, ObjError, Result};
-pub use handle::KvHandle;
 pub use ids::{Oid, Tid};
+pub use import::{ImportOptions, ImportProgress, ImportReport, import_filestorage};
 pub use records::{TxnMeta, TxnRecord};
 pub use store::{
     DataRecordInfo, HistoryEntry, PackStats, References, RestoreStats, StoreStats, TransactionInfo,
     Txn, VerifyReport, VersionedStore, Voted,
 };
+pub use tierdb_kv::KvHandle;
+pub use tierdb_store::Damage;

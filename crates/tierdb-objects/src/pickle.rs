@@ -8,6 +8,8 @@
 //! lists); everything else is an opaque value. Any malformed input is an error, never a
 //! panic: an object whose references cannot be read stops the pack.
 
+use tierdb_store::Damage;
+
 use crate::ids::Oid;
 
 #[derive(Debug, Clone)]
@@ -28,7 +30,7 @@ struct Walker<'a> {
     refs: Vec<Oid>,
 }
 
-type R<T> = Result<T, String>;
+type R<T> = Result<T, Damage>;
 
 impl<'a> Walker<'a> {
     fn take(&mut self, n: usize) -> R<&'a [u8]> {
@@ -64,14 +66,14 @@ impl<'a> Walker<'a> {
     fn pop(&mut self) -> R<Value> {
         self.stack
             .pop()
-            .ok_or_else(|| format!("pickle stack empty at byte {}", self.pos))
+            .ok_or_else(|| Damage(format!("pickle stack empty at byte {}", self.pos)))
     }
 
     fn top(&mut self) -> R<&mut Value> {
         let pos = self.pos;
         self.stack
             .last_mut()
-            .ok_or_else(|| format!("pickle stack empty at byte {pos}"))
+            .ok_or_else(|| Damage(format!("pickle stack empty at byte {pos}")))
     }
 
     /// The values above the topmost mark, which is removed.
@@ -95,7 +97,7 @@ impl<'a> Walker<'a> {
         let bytes = match oid {
             Value::Bytes(b) => b,
             Value::Str(s) => s.into_bytes(),
-            other => return Err(format!("persistent id is not an oid: {other:?}")),
+            other => return Err(format!("persistent id is not an oid: {other:?}").into()),
         };
         let oid = Oid::from_bytes(&bytes)
             .ok_or_else(|| format!("persistent id of {} bytes is not an oid", bytes.len()))?;
@@ -205,11 +207,13 @@ impl<'a> Walker<'a> {
                 0x85..=0x87 => {
                     let n = (op - 0x84) as usize;
                     if self.stack.len() < n {
-                        return Err(format!("pickle stack empty at byte {}", self.pos));
+                        return Err(format!("pickle stack empty at byte {}", self.pos).into());
                     }
                     let items = self.stack.split_off(self.stack.len() - n);
                     if items.iter().any(|v| matches!(v, Value::Mark)) {
-                        return Err(format!("pickle mark inside a tuple at byte {}", self.pos));
+                        return Err(
+                            format!("pickle mark inside a tuple at byte {}", self.pos).into()
+                        );
                     }
                     self.stack.push(Value::Tuple(items));
                 }
@@ -320,7 +324,8 @@ impl<'a> Walker<'a> {
                     return Err(format!(
                         "unknown pickle opcode 0x{other:02x} at byte {}",
                         self.pos - 1
-                    ));
+                    )
+                    .into());
                 }
             }
         }
@@ -354,7 +359,7 @@ fn parse_int(l: &[u8]) -> R<u64> {
     std::str::from_utf8(l)
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .ok_or_else(|| "bad pickle memo key".to_string())
+        .ok_or_else(|| Damage::from("bad pickle memo key"))
 }
 
 /// Decodes a Python 2 `repr` of a str (`'...'` with escapes) to its bytes.
@@ -405,7 +410,7 @@ fn unquote(l: &[u8]) -> Option<Vec<u8>> {
 
 /// The oids a ZODB data record (class pickle, then state pickle) refers to, in order, as
 /// `ZODB.serialize.referencesf` finds them.
-pub fn references(data: &[u8]) -> Result<Vec<Oid>, String> {
+pub fn references(data: &[u8]) -> Result<Vec<Oid>, Damage> {
     let mut w = Walker {
         buf: data,
         pos: 0,

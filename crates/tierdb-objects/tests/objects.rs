@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::memory::InMemory;
-use tierdb_kv::{KvDb, KvOptions};
+use tierdb_kv::{KvDb, KvHandle, KvOptions};
 use tierdb_objects::{ObjError, Oid, Tid, Txn, TxnMeta, VersionedStore};
 use tierdb_store::{TierOptions, TieredStore};
 
 async fn open_on(capacity: Arc<InMemory>) -> VersionedStore {
     let (_, kv) = kv_on(capacity).await;
-    VersionedStore::open(kv).await.unwrap()
+    VersionedStore::open(KvHandle::Writer(kv)).await.unwrap()
 }
 
 async fn kv_on(capacity: Arc<InMemory>) -> (TieredStore, Arc<KvDb>) {
@@ -211,7 +211,7 @@ async fn pack_drops_old_revisions_unreachable_objects_and_their_data() {
     .await;
     let t2 = commit(&s, "2", &[(root, t1, "ref:1"), (kept, t1, "k2")]).await;
     let t3 = commit(&s, "3", &[(kept, t2, "k3")]).await;
-    let refs = |data: &[u8]| -> Result<Vec<Oid>, String> {
+    let refs = |data: &[u8]| -> Result<Vec<Oid>, tierdb_objects::Damage> {
         Ok(std::str::from_utf8(data)
             .ok()
             .and_then(|s| s.strip_prefix("ref:"))
@@ -224,7 +224,7 @@ async fn pack_drops_old_revisions_unreachable_objects_and_their_data() {
             .unwrap_or_default())
     };
     // References that cannot be read stop the pack, naming the object, before any change.
-    let unreadable = |data: &[u8]| -> Result<Vec<Oid>, String> {
+    let unreadable = |data: &[u8]| -> Result<Vec<Oid>, tierdb_objects::Damage> {
         if data.starts_with(b"k") {
             Err("not a pickle".into())
         } else {
@@ -305,7 +305,7 @@ fn blob_file(dir: &std::path::Path, name: &str, content: &[u8]) -> std::path::Pa
 async fn blobs_are_stored_once_per_content_follow_undo_and_are_packed_away() {
     let capacity = Arc::new(InMemory::new());
     let (_store, kv) = kv_on(capacity.clone()).await;
-    let s = VersionedStore::open(kv).await.unwrap();
+    let s = VersionedStore::open(KvHandle::Writer(kv)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let a = s.new_oid().await.unwrap();
     let b = s.new_oid().await.unwrap();
@@ -364,7 +364,7 @@ async fn blobs_are_stored_once_per_content_follow_undo_and_are_packed_away() {
 async fn a_read_only_open_follows_the_writer_and_refuses_writes() {
     let capacity = Arc::new(InMemory::new());
     let (store, kv) = kv_on(capacity.clone()).await;
-    let w = VersionedStore::open(kv).await.unwrap();
+    let w = VersionedStore::open(KvHandle::Writer(kv)).await.unwrap();
     let a = w.new_oid().await.unwrap();
     let t1 = commit(&w, "one", &[(a, Tid::ZERO, "a1")]).await;
     let replica = tierdb_kv::KvReplica::open_unpinned(
@@ -375,7 +375,7 @@ async fn a_read_only_open_follows_the_writer_and_refuses_writes() {
     )
     .await
     .unwrap();
-    let r = VersionedStore::open_read_only(Arc::new(replica), "zodb")
+    let r = VersionedStore::open(KvHandle::Follower(Arc::new(replica)))
         .await
         .unwrap();
     assert_eq!(r.load(a).await.unwrap(), (Bytes::from("a1"), t1));

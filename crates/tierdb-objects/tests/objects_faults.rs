@@ -18,7 +18,7 @@ use bytes::Bytes;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use proptest::prelude::*;
-use tierdb_kv::{KvDb, KvOptions};
+use tierdb_kv::{KvDb, KvHandle, KvOptions};
 use tierdb_objects::{Oid, Tid, Txn, TxnMeta, VersionedStore};
 use tierdb_store::{FaultConfig, FaultStore, TierOptions, TieredStore, WriteMode};
 
@@ -91,7 +91,9 @@ async fn open(store: &TieredStore, create: bool) -> Open {
             .await
             .unwrap(),
     );
-    let s = VersionedStore::open(kv.clone()).await.unwrap();
+    let s = VersionedStore::open(KvHandle::Writer(kv.clone()))
+        .await
+        .unwrap();
     Open { kv, s }
 }
 

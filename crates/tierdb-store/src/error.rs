@@ -155,6 +155,31 @@ pub enum Error {
     Cache(String),
 }
 
+/// Why stored bytes failed a check (a checksum, a length, a magic number, a format that
+/// cannot be parsed): the reason inside an [`ErrorKind::Data`] error. Checks return it;
+/// their callers wrap it with what was being read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Damage(pub String);
+
+impl Damage {
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Data
+    }
+}
+
+impl From<String> for Damage {
+    fn from(reason: String) -> Self {
+        Damage(reason)
+    }
+}
+
+impl From<&str> for Damage {
+    fn from(reason: &str) -> Self {
+        Damage(reason.to_string())
+    }
+}
+
 /// What the caller should do about an object store's error: the one mapping every tierdb
 /// crate uses for `object_store::Error`.
 pub fn store_error_kind(e: &object_store::Error) -> ErrorKind {
@@ -170,6 +195,11 @@ pub fn store_error_kind(e: &object_store::Error) -> ErrorKind {
         | object_store::Error::PermissionDenied { .. }
         | object_store::Error::Unauthenticated { .. }
         | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::Input,
+        // The tiers report their own errors (a damaged cache block, a fenced log) wrapped
+        // in Generic: those keep their kind.
+        object_store::Error::Generic { source, .. } => source
+            .downcast_ref::<Error>()
+            .map_or(ErrorKind::Retry, Error::kind),
         _ => ErrorKind::Retry,
     }
 }
@@ -184,10 +214,18 @@ impl Error {
             | Error::CacheDirOwnedByOther { .. }
             | Error::AlreadyExists { .. } => ErrorKind::Input,
             Error::Store { source, .. } => store_error_kind(source),
-            Error::Io { .. }
-            | Error::UploadFailing { .. }
-            | Error::WriteBackFull { .. }
-            | Error::Cache(_) => ErrorKind::Retry,
+            // A path that cannot be used as given (permissions, a file where a directory
+            // must be) is fixed by the operator; anything else may pass.
+            Error::Io { source, .. } => match source.kind() {
+                std::io::ErrorKind::PermissionDenied
+                | std::io::ErrorKind::NotADirectory
+                | std::io::ErrorKind::IsADirectory
+                | std::io::ErrorKind::ReadOnlyFilesystem => ErrorKind::Input,
+                _ => ErrorKind::Retry,
+            },
+            Error::UploadFailing { .. } | Error::WriteBackFull { .. } | Error::Cache(_) => {
+                ErrorKind::Retry
+            }
             Error::LogCorrupt { .. } | Error::ChecksumMismatch { .. } => ErrorKind::Data,
             Error::LogPoisoned { .. } | Error::Closed | Error::Fenced { .. } => ErrorKind::Reopen,
         }

@@ -40,7 +40,7 @@
 pub use capacity::{
     CapacityOptions, S3Options, StoreUrl, check_reachable, describe_store_error, open_capacity,
 };
-pub use error::{Error, ErrorKind, Result, STORE_NAME, store_error_kind};
+pub use error::{Damage, Error, ErrorKind, Result, STORE_NAME, store_error_kind};
 pub use fault::{FaultConfig, FaultStore};
 pub use options::{Eviction, TierOptions, WriteMode};
 pub use readcache::admission::{AdmissionPolicy, AdmitAll, SequentialCutoff};

@@ -12,6 +12,8 @@
 
 use std::ops::Range;
 
+use tierdb_store::Damage;
+
 use serde::{Deserialize, Serialize};
 
 /// Bytes covered by one checksum: the tiered store's default block, so widening a read to
@@ -49,7 +51,7 @@ impl BlockSums {
     }
 
     /// `range` widened to whole blocks; an error if it reaches past the object's end.
-    pub fn aligned(&self, range: &Range<u64>) -> Result<Range<u64>, String> {
+    pub fn aligned(&self, range: &Range<u64>) -> Result<Range<u64>, Damage> {
         if !self.consistent() {
             return Err("its recorded checksums are inconsistent".into());
         }
@@ -57,7 +59,8 @@ impl BlockSums {
             return Err(format!(
                 "bytes {}..{} were asked of a {}-byte segment",
                 range.start, range.end, self.object_bytes
-            ));
+            )
+            .into());
         }
         let b = u64::from(self.block_bytes);
         let start = range.start / b * b;
@@ -66,22 +69,23 @@ impl BlockSums {
     }
 
     /// Checks `bytes`, which must be the block-aligned range starting at `start`.
-    pub fn verify(&self, start: u64, bytes: &[u8]) -> Result<(), String> {
+    pub fn verify(&self, start: u64, bytes: &[u8]) -> Result<(), Damage> {
         let b = u64::from(self.block_bytes);
         if !start.is_multiple_of(b) {
-            return Err(format!("read at byte {start} is not block-aligned"));
+            return Err(format!("read at byte {start} is not block-aligned").into());
         }
         let end = start + bytes.len() as u64;
         let expected_end = (end.div_ceil(b) * b).min(self.object_bytes);
         if end != expected_end && !bytes.is_empty() {
             return Err(format!(
                 "read {start}..{end} came back short of {expected_end} (the object changed size)"
-            ));
+            )
+            .into());
         }
         for (i, chunk) in bytes.chunks(self.block_bytes as usize).enumerate() {
             let block = (start / b) as usize + i;
             let Some(&want) = self.crcs.get(block) else {
-                return Err(format!("block {block} is past the recorded checksums"));
+                return Err(format!("block {block} is past the recorded checksums").into());
             };
             let got = crc32fast::hash(chunk);
             if got != want {
@@ -89,7 +93,8 @@ impl BlockSums {
                 return Err(format!(
                     "bytes {at}..{} fail their checksum (CRC-32 {got:08x}, recorded {want:08x})",
                     at + chunk.len() as u64
-                ));
+                )
+                .into());
             }
         }
         Ok(())
@@ -116,7 +121,7 @@ mod tests {
             let mut bad = data[r.start as usize..r.end as usize].to_vec();
             bad[at - 65_536] ^= 0x10;
             let err = sums.verify(r.start, &bad).unwrap_err();
-            assert!(err.contains("65536..131072"), "{err}");
+            assert!(err.0.contains("65536..131072"), "{err}");
         }
         assert!(
             sums.verify(r.start, &data[65_536..100_000]).is_err(),

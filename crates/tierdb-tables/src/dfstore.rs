@@ -106,12 +106,12 @@ impl DfStore {
             .iter()
             .map(|r| sums.aligned(r))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|reason| damaged(location, reason))?;
+            .map_err(|tierdb_store::Damage(reason)| damaged(location, reason))?;
         let blocks = self.inner.get_ranges(location, &aligned).await?;
         let mut out = Vec::with_capacity(ranges.len());
         for ((want, got), blocks) in ranges.iter().zip(&aligned).zip(blocks) {
             sums.verify(got.start, &blocks)
-                .map_err(|reason| damaged(location, reason))?;
+                .map_err(|tierdb_store::Damage(reason)| damaged(location, reason))?;
             let from = (want.start - got.start) as usize;
             out.push(blocks.slice(from..from + (want.end - want.start) as usize));
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use tierdb_kv::{KvDb, KvRead, KvReplica, KvWrite};
+use tierdb_kv::{KvDb, KvHandle, KvRead, KvWrite};
 
 use crate::catalog::{self, CatalogBatch, ColumnDef, SegmentMeta, TableDef};
 use crate::dfstore::DfStore;
@@ -47,31 +47,17 @@ impl std::fmt::Debug for Tables {
 }
 
 impl Tables {
-    /// The tables of the database `kv` is the writer of.
-    pub fn writer(kv: Arc<KvDb>) -> Self {
-        let store: Arc<dyn ObjectStore> = Arc::new(kv.store().clone());
+    /// The tables of the database `kv`: read-write through its writer, read-only through a
+    /// follower.
+    pub fn open(kv: KvHandle) -> Self {
+        let tiered = kv.store().clone();
+        let store: Arc<dyn ObjectStore> = Arc::new(tiered.clone());
         Tables {
             name: kv.name().to_string(),
             root: kv.path().to_string(),
-            tiered: kv.store().clone(),
-            reader: kv.clone(),
-            writer: Some(kv),
-            df_store: DfStore::new(store.clone()),
-            store,
-            commit_lock: tokio::sync::Mutex::new(()),
-            segment_options: SegmentOptions::default(),
-        }
-    }
-
-    /// Read-only tables through a follower of the database at `root`.
-    pub fn reader(replica: Arc<KvReplica>, root: &str) -> Self {
-        let store: Arc<dyn ObjectStore> = Arc::new(replica.store().clone());
-        Tables {
-            name: replica.name().to_string(),
-            root: root.to_string(),
-            tiered: replica.store().clone(),
-            reader: replica,
-            writer: None,
+            tiered,
+            writer: kv.writer().cloned(),
+            reader: Arc::new(kv),
             df_store: DfStore::new(store.clone()),
             store,
             commit_lock: tokio::sync::Mutex::new(()),

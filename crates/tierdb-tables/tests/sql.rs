@@ -29,7 +29,7 @@ async fn engine_on(capacity: Arc<InMemory>, segment_rows: usize) -> SqlEngine {
         ..KvOptions::default()
     };
     let kv = Arc::new(KvDb::open(store, "db", "db", &options).await.unwrap());
-    let mut tables = Tables::writer(kv);
+    let mut tables = Tables::open(tierdb_kv::KvHandle::Writer(kv));
     tables.segment_options.segment_rows = segment_rows;
     tables.segment_options.row_group_rows = segment_rows.min(1 << 17);
     let opts = EngineOptions {

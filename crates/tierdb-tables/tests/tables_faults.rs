@@ -106,7 +106,7 @@ async fn open(store: &TieredStore, create: bool) -> Open {
             .await
             .unwrap(),
     );
-    let mut tables = Tables::writer(kv.clone());
+    let mut tables = Tables::open(tierdb_kv::KvHandle::Writer(kv.clone()));
     tables.segment_options.segment_rows = 16;
     tables.segment_options.row_group_rows = 8;
     let opts = EngineOptions {

@@ -32,7 +32,7 @@ impl VersionedStore {
             meta.oid_reserved += OID_BLOCK;
             let mut b = Batch::new();
             b.put(records::meta_key(), meta.encode());
-            self.kv.commit(b).await?;
+            handle::commit(&self.kv, b).await?;
             *self.meta.lock() = meta;
         }
     }
@@ -191,7 +191,7 @@ impl VersionedStore {
             self.stage_undo(undone, &mut revisions, &explicit).await?;
         }
         if !data_batch.is_empty() {
-            self.kv.commit(data_batch).await?;
+            handle::commit(&self.kv, data_batch).await?;
         }
         Ok(Voted {
             tid,
@@ -291,7 +291,7 @@ impl VersionedStore {
         b.put(records::txn_key(voted.tid), record.encode());
         meta.last_tid = voted.tid;
         b.put(records::meta_key(), meta.encode());
-        self.kv.commit(b).await?;
+        handle::commit(&self.kv, b).await?;
         *self.meta.lock() = meta;
         // Oids the transaction chose itself (restore, imports) are never handed out later.
         if let Some(max) = voted.revisions.keys().next_back() {

@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tierdb_kv::{Batch, KvDb, KvRead, KvReplica, prefix_end};
+use tierdb_kv::{Batch, KvHandle, KvRead, prefix_end};
 
 use crate::blobs::Blobs;
 use crate::error::{ErrorKind, ObjError, Result};
-use crate::handle::KvHandle;
+use crate::handle;
 use crate::ids::{Oid, Tid};
 use crate::records::{self, DataRecord, Hash, Meta, Revision, TxnMeta, TxnRecord};
 
@@ -56,19 +56,11 @@ pub struct VersionedStore {
 }
 
 impl VersionedStore {
-    /// Opens the object store kept in `kv` (an empty database becomes an empty store).
-    pub async fn open(kv: Arc<KvDb>) -> Result<Self> {
+    /// Opens the object store kept in the database `kv` (an empty database becomes an
+    /// empty store). Through a follower it is read-only: nothing is written, no writer is
+    /// fenced, and [`Self::refresh`] catches up with the writer's commits.
+    pub async fn open(kv: KvHandle) -> Result<Self> {
         let root = kv.path().to_string();
-        Self::open_handle(KvHandle::Writer(kv), &root).await
-    }
-
-    /// Opens the object store of the database at `path` read-only, through a follower of
-    /// its writer: nothing is written and no writer is fenced. [`Self::refresh`] catches up.
-    pub async fn open_read_only(replica: Arc<KvReplica>, path: &str) -> Result<Self> {
-        Self::open_handle(KvHandle::Reader(replica), path).await
-    }
-
-    async fn open_handle(kv: KvHandle, root: &str) -> Result<Self> {
         let key = records::meta_key();
         let meta = match kv.get(&key).await? {
             Some(v) => Meta::decode(&key, &v)?,
@@ -81,7 +73,7 @@ impl VersionedStore {
             // Oid 0 is the root, which the database creates itself: never hand it out.
             next_oid: parking_lot::Mutex::new(meta.oid_reserved.max(1)),
             meta: parking_lot::Mutex::new(meta),
-            blobs: Blobs::new(kv.store().clone(), root),
+            blobs: Blobs::new(kv.store().clone(), &root),
             kv,
             commit: Arc::new(tokio::sync::Mutex::new(())),
         })

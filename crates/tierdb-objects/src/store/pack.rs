@@ -8,7 +8,8 @@ const PACK_BATCH: usize = 2000;
 /// The oids an object's data refers to (for ZODB: `ZODB.serialize.referencesf`), or why
 /// they cannot be read (pack then stops: collecting garbage with unknown references could
 /// delete live objects).
-pub type References = dyn Fn(&[u8]) -> std::result::Result<Vec<Oid>, String> + Send + Sync;
+pub type References =
+    dyn Fn(&[u8]) -> std::result::Result<Vec<Oid>, tierdb_store::Damage> + Send + Sync;
 
 /// What a pack did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -94,8 +95,9 @@ impl VersionedStore {
                 }
                 for (tid, h) in datas {
                     let data = self.read_data(&h).await?;
-                    let found =
-                        refs(&data).map_err(|reason| ObjError::References { oid, tid, reason })?;
+                    let found = refs(&data).map_err(|tierdb_store::Damage(reason)| {
+                        ObjError::References { oid, tid, reason }
+                    })?;
                     todo.extend(found.into_iter().filter(|o| !reachable.contains(o)));
                 }
             }
@@ -195,7 +197,7 @@ impl VersionedStore {
                     None => batch.delete(k.clone()),
                 };
             }
-            self.kv.commit(std::mem::take(&mut batch)).await?;
+            handle::commit(&self.kv, std::mem::take(&mut batch)).await?;
         }
         // Blobs last: the revisions naming them are gone now, and uploads for new
         // revisions happen under the commit lock this pack holds.

@@ -100,7 +100,7 @@ impl VersionedStore {
             }
         }
         batch.put(records::meta_key(), meta.encode());
-        self.kv.commit(batch).await?;
+        handle::commit(&self.kv, batch).await?;
         *self.meta.lock() = meta;
         let mut next = self.next_oid.lock();
         *next = (*next).max(meta.oid_reserved);

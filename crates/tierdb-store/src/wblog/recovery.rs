@@ -24,7 +24,7 @@ use std::fs::File;
 use std::path::{Path as FsPath, PathBuf};
 
 use super::format_v1::{self, HEADER_BYTES, Header, RecordKind};
-use crate::error::{Error, Result};
+use crate::error::{Damage, Error, Result};
 
 /// One put or delete found in the log.
 #[derive(Debug, Clone)]
@@ -171,7 +171,7 @@ impl GoodRecord {
 
 /// Decodes the record at `offset` of `bytes`: every length is checked against the buffer
 /// before it is used, so no input can make this panic or read out of bounds.
-fn decode_at(bytes: &[u8], offset: u64) -> std::result::Result<GoodRecord, String> {
+fn decode_at(bytes: &[u8], offset: u64) -> std::result::Result<GoodRecord, Damage> {
     let len = bytes.len() as u64;
     let rest = len.saturating_sub(offset);
     if rest < HEADER_BYTES as u64 {
@@ -245,7 +245,7 @@ fn scan_segment(
     while offset < bytes.len() as u64 {
         let rec = match decode_at(bytes, offset) {
             Ok(rec) => rec,
-            Err(reason) => return Some(BadRecord { offset, reason }),
+            Err(Damage(reason)) => return Some(BadRecord { offset, reason }),
         };
         if rec.header.seq <= *last_seq {
             return Some(BadRecord {
@@ -332,7 +332,7 @@ pub fn salvage(dir: &FsPath) -> Result<SalvageReport> {
                         Ok(rec) => {
                             format!("sequence {} does not follow {last_seq}", rec.header.seq)
                         }
-                        Err(reason) => reason,
+                        Err(Damage(reason)) => reason,
                     };
                     let next =
                         next_valid_record(&bytes, offset + 1, last_seq).map_or(len, |n| n.offset);
@@ -436,7 +436,7 @@ mod tests {
         rec[28..36].copy_from_slice(&u64::MAX.to_le_bytes());
         assert_eq!(
             decode_at(&rec, 0).unwrap_err(),
-            "record runs past the end of the segment"
+            Damage("record runs past the end of the segment".into())
         );
     }
 

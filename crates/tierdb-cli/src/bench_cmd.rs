@@ -1,0 +1,194 @@
+//! `tierdb bench …`: the cache, OLTP and SSB benchmarks.
+
+use std::path::PathBuf;
+
+use bytesize::ByteSize;
+use clap::{Args, Subcommand};
+use tierdb_bench::cache_bench::{self, CacheBenchConfig};
+use tierdb_store::{Eviction, StoreUrl};
+
+use crate::args::S3Args;
+use crate::error::CliResult;
+use crate::sql_cmd;
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Zipfian hot reads per tier, a 70/30 mix in write-through vs write-back, and the
+    /// eviction-policy simulator against OPT. Writes CSV and a PNG to --out.
+    Cache(BenchCacheArgs),
+    /// Seed 001's race: a sysbench-like 70/30 OLTP workload to N transactions on the
+    /// key-value engine with (a) no device tier, (b) device write-through, (c) device
+    /// write-back, and raw slatedb. Writes CSV and a PNG of the race to --out.
+    Oltp(BenchOltpArgs),
+    /// The 13 Star Schema Benchmark queries, warm (best of --runs) or --cold: per-query
+    /// time, bytes read, bytes from object storage and segments skipped.
+    Ssb(sql_cmd::BenchSsbArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchOltpArgs {
+    /// Capacity store URL (MinIO: s3://bucket/prefix with AWS_ENDPOINT_URL set).
+    url: String,
+    /// Table rows (keys are Gaussian over them).
+    #[arg(long, default_value_t = 400_000)]
+    rows: u64,
+    #[arg(long, default_value_t = 200)]
+    value_bytes: usize,
+    /// The race ends when this many transactions have committed.
+    #[arg(long, default_value_t = 20_000)]
+    transactions: u64,
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// DRAM tier (also raw slatedb's block cache); keep it several times below the table.
+    #[arg(long, default_value = "8MiB")]
+    memory_bytes: ByteSize,
+    #[arg(long, default_value = "512MiB")]
+    cache_bytes: ByteSize,
+    /// Device tier directory (default: a temporary directory).
+    #[arg(long)]
+    pub(crate) cache_dir: Option<PathBuf>,
+    #[arg(long, default_value = "16MiB")]
+    memtable_bytes: ByteSize,
+    /// Contestants, comma-separated: a, b, c, raw.
+    #[arg(long, default_value = "a,b,c,raw", value_delimiter = ',')]
+    only: Vec<String>,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    #[command(flatten)]
+    s3: S3Args,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchCacheArgs {
+    /// Capacity store URL (MinIO: s3://bucket/prefix with AWS_ENDPOINT_URL set).
+    url: String,
+    #[arg(long, default_value_t = 256)]
+    objects: u64,
+    #[arg(long, default_value = "256KiB")]
+    object_bytes: ByteSize,
+    #[arg(long, default_value = "64KiB")]
+    block_bytes: ByteSize,
+    /// DRAM tier; the working set (objects x object size) should be several times larger.
+    #[arg(long, default_value = "16MiB")]
+    memory_bytes: ByteSize,
+    #[arg(long, default_value = "128MiB")]
+    cache_bytes: ByteSize,
+    /// Device tier directory (default: a temporary directory).
+    #[arg(long)]
+    pub(crate) cache_dir: Option<PathBuf>,
+    #[arg(long, default_value = "lfu")]
+    eviction: Eviction,
+    /// Zipf skew.
+    #[arg(long, default_value_t = 0.99)]
+    theta: f64,
+    #[arg(long, default_value_t = 20_000)]
+    warmup_ops: u64,
+    #[arg(long, default_value_t = 20_000)]
+    ops: u64,
+    #[arg(long, default_value_t = 5_000)]
+    mix_ops: u64,
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    #[command(flatten)]
+    s3: S3Args,
+}
+
+pub async fn run_bench(cmd: BenchCommand) -> CliResult {
+    match cmd {
+        BenchCommand::Cache(a) => {
+            let url = StoreUrl::parse(&a.url)?;
+            let tmp = tempfile::tempdir()
+                .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+            let config = CacheBenchConfig {
+                url,
+                capacity: a.s3.capacity(true),
+                objects: a.objects,
+                object_bytes: a.object_bytes.as_u64(),
+                block_bytes: a.block_bytes.as_u64(),
+                memory_bytes: a.memory_bytes.as_u64(),
+                device_bytes: a.cache_bytes.as_u64(),
+                cache_dir: a
+                    .cache_dir
+                    .unwrap_or_else(|| tmp.path().to_path_buf())
+                    .join("tierdb-bench-cache"),
+                eviction: a.eviction,
+                theta: a.theta,
+                warmup_ops: a.warmup_ops,
+                ops: a.ops,
+                mix_ops: a.mix_ops,
+                clients: a.clients,
+                seed: a.seed,
+                out_dir: a.out,
+            };
+            println!(
+                "tierdb bench cache: {} objects x {} = {} working set, DRAM {}, device {}, {} clients, {} cores",
+                a.objects,
+                a.object_bytes,
+                ByteSize(a.objects * a.object_bytes.as_u64()),
+                a.memory_bytes,
+                a.cache_bytes,
+                a.clients,
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            );
+            let report = cache_bench::run(&config).await?;
+            print!("{}", cache_bench::render(&report));
+            Ok(())
+        }
+        BenchCommand::Ssb(a) => sql_cmd::run_bench_ssb(a).await,
+        BenchCommand::Oltp(a) => {
+            use tierdb_bench::oltp_bench::{self, OltpConfig, Variant};
+            let url = StoreUrl::parse(&a.url)?;
+            let variants = a
+                .only
+                .iter()
+                .map(|v| match v.trim() {
+                    "a" => Ok(Variant::NoDevice),
+                    "b" => Ok(Variant::DeviceWriteThrough),
+                    "c" => Ok(Variant::DeviceWriteBack),
+                    "raw" => Ok(Variant::RawSlatedb),
+                    other => Err(format!(
+                        "unknown contestant {other:?} in --only; use a, b, c or raw"
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let tmp = tempfile::tempdir()
+                .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+            let config = OltpConfig {
+                url,
+                capacity: a.s3.capacity(true),
+                rows: a.rows,
+                value_bytes: a.value_bytes.max(8),
+                transactions: a.transactions,
+                clients: a.clients,
+                memory_bytes: a.memory_bytes.as_u64(),
+                device_bytes: a.cache_bytes.as_u64(),
+                cache_dir: a
+                    .cache_dir
+                    .unwrap_or_else(|| tmp.path().to_path_buf())
+                    .join("tierdb-bench-oltp"),
+                memtable_bytes: a.memtable_bytes.as_u64() as usize,
+                seed: a.seed,
+                out_dir: a.out,
+                variants,
+            };
+            println!(
+                "tierdb bench oltp: {} rows, race to {} transactions, {} clients, DRAM {}, device {}, {} cores",
+                a.rows,
+                a.transactions,
+                a.clients,
+                a.memory_bytes,
+                a.cache_bytes,
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            );
+            let report = oltp_bench::run(&config).await?;
+            print!("{}", oltp_bench::render(&report));
+            Ok(())
+        }
+    }
+}
