@@ -558,6 +558,19 @@ impl Store {
     }
 }
 
+/// Reads and checks the whole FileStorage file `src` (call it before opening the
+/// destination of an import, so that a damaged source creates nothing); returns its number
+/// of transactions and raises TierError naming the damage.
+#[pyfunction]
+fn check_filestorage(py: Python<'_>, src: std::path::PathBuf) -> PyResult<u64> {
+    let bar = ImportBar(progress_bar(
+        "check {bar:40} {bytes}/{total_bytes} {bytes_per_sec}",
+    ));
+    let checked = py.detach(|| tierdb_objects::check_filestorage(&src, &bar));
+    bar.0.finish_and_clear();
+    checked.map_err(to_py)
+}
+
 /// The oids a ZODB data record refers to, read by tierdb's own pickle walker (what the
 /// CLI's pack uses); raises TierError when the record cannot be read.
 #[pyfunction]
@@ -606,6 +619,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Store>()?;
     m.add_class::<Progress>()?;
     m.add_function(wrap_pyfunction!(references, m)?)?;
+    m.add_function(wrap_pyfunction!(check_filestorage, m)?)?;
     m.add("TierError", py.get_type::<TierError>())?;
     m.add("ConflictError", py.get_type::<ConflictError>())?;
     m.add("ReadConflictError", py.get_type::<ReadConflictError>())?;

@@ -112,8 +112,8 @@ def test_blob_records_without_blob_dir_are_refused_with_nothing_imported(tmp_pat
     fs_path, _ = source
     dst = str(tmp_path / "noblobs")
     p = tierdb("zodb", "import", fs_path, dst, ok=False)
-    assert p.returncode != 0
-    assert "is a blob: give --blob-dir" in p.stderr, p.stderr
+    assert p.returncode == 2  # fix the input
+    assert "is a blob: give the FileStorage's blob directory (--blob-dir)" in p.stderr, p.stderr
     assert p.stderr.strip().count("\n") == 0, p.stderr  # one clear message
     s = TierStorage(dst, create=True)
     try:
@@ -137,7 +137,8 @@ def test_damaged_data_fs_is_refused_naming_the_place_and_nothing_is_imported(
     open(bad, "wb").write(bytes(data))
     dst = str(tmp_path / "dst")
     p = tierdb("zodb", "import", bad, dst, "--blob-dir", blobs, ok=False)
-    assert p.returncode != 0
+    assert p.returncode == (2 if damage == "bad-magic" else 6)  # not a FileStorage; damaged
+    assert not os.path.exists(dst), "a damaged source creates nothing"
     assert "bad.fs" in p.stderr and ("damaged at byte" in p.stderr
                                      or "not a FileStorage file" in p.stderr), p.stderr
     if damage != "bad-magic":
@@ -217,7 +218,7 @@ def test_cli_pack_collects_garbage_and_stops_on_unreadable_references(tmp_path, 
     finally:
         s.close()
     p = tierdb("zodb", "pack", dst, "--days", "0", ok=False)
-    assert p.returncode != 0
+    assert p.returncode == 6  # damaged data
     assert "object 0x0000000000000000" in p.stderr and "nothing was packed" in p.stderr, p.stderr
     assert "--days -1" in tierdb("zodb", "pack", dst, "--days=-1", ok=False).stderr
 

@@ -46,6 +46,10 @@ def _filestorage(uri):
 
 
 def _import_filestorage(path, blob_dir, src, dst):
+    try:
+        _native.check_filestorage(path)
+    except _native.TierError as err:
+        raise SystemExit("error: %s; nothing was imported" % err)
     dest = TierStorage(dst, create=True)
     try:
         started = time.time()

@@ -8,6 +8,8 @@
 //! - [`sim`]: replays a key trace against foyer's eviction policies and Belady's OPT;
 //! - [`cache_bench`]: `tierdb bench cache`;
 //! - [`oltp_bench`]: `tierdb bench oltp`, seed 001's race on the key-value engine;
+//! - [`ssb`]: the Star Schema Benchmark: a data generator (dbgen's tables), the schema and
+//!   the 13 queries; [`ssb_bench`]: `tierdb bench ssb`;
 //! - [`plot`]: PNG plots.
 
 pub mod cache_bench;
@@ -15,4 +17,6 @@ pub mod error;
 pub mod oltp_bench;
 pub mod plot;
 pub mod sim;
+pub mod ssb;
+pub mod ssb_bench;
 pub mod zipf;

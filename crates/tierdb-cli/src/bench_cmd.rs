@@ -5,11 +5,12 @@ use std::path::PathBuf;
 use bytesize::ByteSize;
 use clap::{Args, Subcommand};
 use tierdb_bench::cache_bench::{self, CacheBenchConfig};
+use tierdb_engine::{Role, Workload};
 use tierdb_store::{Eviction, StoreUrl};
 
-use crate::args::S3Args;
-use crate::error::CliResult;
-use crate::sql_cmd;
+use crate::args::{KvArgs, S3Args};
+use crate::error::{CliError, CliResult};
+use crate::sql_cmd::EngineArgs;
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -22,7 +23,7 @@ pub enum BenchCommand {
     Oltp(BenchOltpArgs),
     /// The 13 Star Schema Benchmark queries, warm (best of --runs) or --cold: per-query
     /// time, bytes read, bytes from object storage and segments skipped.
-    Ssb(sql_cmd::BenchSsbArgs),
+    Ssb(BenchSsbArgs),
 }
 
 #[derive(Args, Debug)]
@@ -140,7 +141,7 @@ pub async fn run_bench(cmd: BenchCommand) -> CliResult {
             print!("{}", cache_bench::render(&report));
             Ok(())
         }
-        BenchCommand::Ssb(a) => sql_cmd::run_bench_ssb(a).await,
+        BenchCommand::Ssb(a) => run_bench_ssb(a).await,
         BenchCommand::Oltp(a) => {
             use tierdb_bench::oltp_bench::{self, OltpConfig, Variant};
             let url = StoreUrl::parse(&a.url)?;
@@ -191,4 +192,54 @@ pub async fn run_bench(cmd: BenchCommand) -> CliResult {
             Ok(())
         }
     }
+}
+
+#[derive(Args, Debug)]
+pub struct BenchSsbArgs {
+    pub db: String,
+    /// Runs of each query; the best time is reported (warm runs).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Cold: every query runs once on freshly opened, empty DRAM and device tiers.
+    #[arg(long)]
+    pub cold: bool,
+    /// Skip segments with the extent map (on by default; off to measure what it saves).
+    #[arg(long)]
+    pub no_extent_elimination: bool,
+    /// Only these queries (e.g. Q1.1,Q2.1).
+    #[arg(long, value_delimiter = ',')]
+    pub queries: Vec<String>,
+    /// Write each query's answer as CSV here (for comparing with another engine).
+    #[arg(long)]
+    pub answers: Option<PathBuf>,
+    /// Write the per-query figures as CSV here.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+}
+
+pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
+    use tierdb_bench::ssb_bench::{self, SsbBenchConfig};
+    let config = SsbBenchConfig {
+        db: args.db.clone(),
+        open: args.kv.open_options(Workload::Tables, Role::Follower),
+        engine: args.engine.options(),
+        runs: args.runs,
+        cold: args.cold,
+        extent_elimination: !args.no_extent_elimination,
+        queries: args.queries.clone(),
+    };
+    let report = ssb_bench::run(&config).await?;
+    print!("{}", ssb_bench::render(&report));
+    if let Some(p) = &args.csv {
+        ssb_bench::write_csv(&report, p)?;
+    }
+    if let Some(p) = &args.answers {
+        std::fs::write(p, &report.answers)
+            .map_err(|e| CliError::input(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(())
 }

@@ -10,9 +10,10 @@ use bytesize::ByteSize;
 use clap::{Args, Subcommand, ValueEnum};
 use datafusion::arrow::array::RecordBatch;
 
+use tierdb_bench::ssb;
 use tierdb_engine::{Database, Role, Workload};
 use tierdb_tables::import::{Format, ImportOptions, ImportProgress, import};
-use tierdb_tables::{EngineOptions, SqlEngine, StatementResult, ssb};
+use tierdb_tables::{EngineOptions, SqlEngine, StatementResult};
 
 use crate::args::KvArgs;
 use crate::error::{CliError, CliResult, output_failed};
@@ -131,33 +132,6 @@ pub struct SsbLoadArgs {
     /// No sort keys (rows stay in file order): the "loaded unsorted" case.
     #[arg(long)]
     pub unsorted: bool,
-    #[command(flatten)]
-    pub engine: EngineArgs,
-    #[command(flatten)]
-    pub kv: KvArgs,
-}
-
-#[derive(Args, Debug)]
-pub struct BenchSsbArgs {
-    pub db: String,
-    /// Runs of each query; the best time is reported (warm runs).
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
-    /// Cold: every query runs once on freshly opened, empty DRAM and device tiers.
-    #[arg(long)]
-    pub cold: bool,
-    /// Skip segments with the extent map (on by default; off to measure what it saves).
-    #[arg(long)]
-    pub no_extent_elimination: bool,
-    /// Only these queries (e.g. Q1.1,Q2.1).
-    #[arg(long, value_delimiter = ',')]
-    pub queries: Vec<String>,
-    /// Write each query's answer as CSV here (for comparing with another engine).
-    #[arg(long)]
-    pub answers: Option<PathBuf>,
-    /// Write the per-query figures as CSV here.
-    #[arg(long)]
-    pub csv: Option<PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -532,156 +506,4 @@ pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
             result.and(closed.map_err(CliError::from))
         }
     }
-}
-
-/// One query's figures.
-#[derive(Debug, Clone)]
-struct QueryRun {
-    name: String,
-    seconds: f64,
-    rows: usize,
-    /// Bytes DataFusion read through the store adapter.
-    bytes_read: u64,
-    /// Bytes fetched from the capacity store (object storage) by the tiers.
-    capacity_bytes: u64,
-    segments: u64,
-    segments_skipped: u64,
-}
-
-pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
-    let selected: Vec<(&str, &str)> = ssb::QUERIES
-        .iter()
-        .copied()
-        .filter(|(n, _)| {
-            args.queries.is_empty() || args.queries.iter().any(|q| q.eq_ignore_ascii_case(n))
-        })
-        .collect();
-    if selected.is_empty() {
-        return Err(CliError::input(format!(
-            "--queries {}: no such query (Q1.1 … Q4.3)",
-            args.queries.join(",")
-        )));
-    }
-    let scan = tierdb_tables::provider::ScanOptions {
-        extent_elimination: !args.no_extent_elimination,
-    };
-    let mut results = Vec::new();
-    let mut answers = String::new();
-    if args.cold {
-        // Each query on a fresh open: empty DRAM tier, and the device tier (if any) emptied
-        // by pointing it at a new directory.
-        for (name, sql) in &selected {
-            let (engine, handle) =
-                open_engine(&args.db, &args.kv, &args.engine, Role::Follower).await?;
-            engine.set_scan_options(scan);
-            let r = run_query(&engine, name, sql, &mut answers).await;
-            let closed = handle.close().await;
-            results.push(r?);
-            closed?;
-        }
-    } else {
-        let (engine, handle) =
-            open_engine(&args.db, &args.kv, &args.engine, Role::Follower).await?;
-        engine.set_scan_options(scan);
-        let r = async {
-            let mut out = Vec::new();
-            for (name, sql) in &selected {
-                // One run to warm the caches, then the best of --runs.
-                let mut sink = String::new();
-                run_query(&engine, name, sql, &mut sink).await?;
-                let mut best: Option<QueryRun> = None;
-                for i in 0..args.runs.max(1) {
-                    let mut text = String::new();
-                    let r = run_query(&engine, name, sql, &mut text).await?;
-                    if i == 0 {
-                        answers.push_str(&text);
-                    }
-                    if best.as_ref().is_none_or(|b| r.seconds < b.seconds) {
-                        best = Some(r);
-                    }
-                }
-                out.extend(best);
-            }
-            Ok::<_, CliError>(out)
-        }
-        .await;
-        let closed = handle.close().await;
-        results = r?;
-        closed?;
-    }
-    println!(
-        "{:<6} {:>10} {:>6} {:>14} {:>14} {:>12}",
-        "query", "seconds", "rows", "bytes read", "from capacity", "segments"
-    );
-    let mut csv =
-        String::from("query,seconds,rows,bytes_read,capacity_bytes,segments,segments_skipped\n");
-    for r in &results {
-        println!(
-            "{:<6} {:>10.4} {:>6} {:>14} {:>14} {:>5} of {:<5}",
-            r.name,
-            r.seconds,
-            r.rows,
-            r.bytes_read,
-            r.capacity_bytes,
-            r.segments - r.segments_skipped,
-            r.segments
-        );
-        csv.push_str(&format!(
-            "{},{:.6},{},{},{},{},{}\n",
-            r.name,
-            r.seconds,
-            r.rows,
-            r.bytes_read,
-            r.capacity_bytes,
-            r.segments,
-            r.segments_skipped
-        ));
-    }
-    let total: f64 = results.iter().map(|r| r.seconds).sum();
-    println!("total  {total:>10.4}");
-    if let Some(p) = &args.csv {
-        std::fs::write(p, csv).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
-    if let Some(p) = &args.answers {
-        std::fs::write(p, answers).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
-    Ok(())
-}
-
-async fn run_query(
-    engine: &SqlEngine,
-    name: &str,
-    sql: &str,
-    answers: &mut String,
-) -> CliResult<QueryRun> {
-    let tier_before = engine.tables().store_stats();
-    let (_, bytes_before) = engine.tables().df_store().counters().snapshot();
-    let scan_before = engine.scan_counters().snapshot();
-    let started = Instant::now();
-    let results = engine
-        .sql(sql)
-        .await
-        .map_err(|e| CliError::from(e).context(name))?;
-    let seconds = started.elapsed().as_secs_f64();
-    let (_, bytes_after) = engine.tables().df_store().counters().snapshot();
-    let scan_after = engine.scan_counters().snapshot();
-    let tier_after = engine.tables().store_stats();
-    let r = results.last().ok_or_else(|| format!("{name}: no result"))?;
-    answers.push_str(&format!("-- {name}\n"));
-    let mut w = datafusion::arrow::csv::WriterBuilder::new()
-        .with_header(false)
-        .build(Vec::new());
-    for b in &r.batches {
-        w.write(b).map_err(output_failed)?;
-    }
-    answers.push_str(&String::from_utf8_lossy(&w.into_inner()));
-    Ok(QueryRun {
-        name: name.to_string(),
-        seconds,
-        rows: r.rows(),
-        bytes_read: bytes_after - bytes_before,
-        capacity_bytes: tier_after.saturating_sub(tier_before),
-        segments: scan_after[0] - scan_before[0],
-        segments_skipped: scan_after[1] - scan_before[1],
-    })
 }

@@ -258,9 +258,6 @@ async fn import_filestorage(
     group_bytes: u64,
     kv: &KvArgs,
 ) -> CliResult {
-    let mut kv = kv.clone();
-    kv.create = true;
-    let (store, database) = open(dst, &kv, Role::Writer).await?;
     let bars = Bars {
         check: bar("{spinner} check {bar:40} {bytes}/{total_bytes} {bytes_per_sec}"),
         import: bar(
@@ -273,6 +270,11 @@ async fn import_filestorage(
         group_bytes,
     };
     let started = Instant::now();
+    // Checked before the destination is opened: a damaged source creates nothing.
+    tierdb_objects::check_filestorage(FsPath::new(src), &bars)?;
+    let mut kv = kv.clone();
+    kv.create = true;
+    let (store, database) = open(dst, &kv, Role::Writer).await?;
     let result =
         tierdb_objects::import_filestorage(&store, FsPath::new(src), &options, &bars).await;
     bars.check.finish_and_clear();

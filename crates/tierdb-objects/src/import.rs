@@ -2,8 +2,8 @@
 //! import the command line (`tierdb zodb import`) and the Python package
 //! (`tierdb.tool import`) share.
 //!
-//! The whole file is checked first, so damage anywhere stops the import before anything is
-//! committed. Transactions keep their tids and are committed in groups of about
+//! The whole file is checked first ([`check_filestorage`], before the destination is opened),
+//! so damage anywhere stops the import before anything is created or committed. Transactions keep their tids and are committed in groups of about
 //! [`ImportOptions::group_bytes`], each group one durable commit; an interrupted import
 //! loses at most the group in flight, and rerunning it continues after the store's last
 //! transaction (a store that already holds transactions up to tid T skips every source
@@ -61,17 +61,28 @@ pub struct ImportReport {
     pub stored: RestoreStats,
 }
 
-/// Imports the FileStorage at `src` into `store` (see the module doc for the guarantees).
+/// Reads the whole FileStorage at `src` and checks every transaction, without importing
+/// anything. Call it before opening (or creating) the destination, so that a damaged
+/// source leaves nothing behind; [`import_filestorage`] expects a checked source.
+pub fn check_filestorage(src: &Path, progress: &dyn ImportProgress) -> Result<u64> {
+    let mut check = FsReader::open(src)?;
+    let mut txns = 0;
+    while check.next_txn()?.is_some() {
+        txns += 1;
+        progress.checking(check.position(), check.len());
+    }
+    Ok(txns)
+}
+
+/// Imports the FileStorage at `src`, checked by [`check_filestorage`], into `store` (see
+/// the module doc for the guarantees). A damaged transaction found here all the same (the
+/// file changed since the check) stops the import after the groups already committed.
 pub async fn import_filestorage(
     store: &VersionedStore,
     src: &Path,
     options: &ImportOptions,
     progress: &dyn ImportProgress,
 ) -> Result<ImportReport> {
-    let mut check = FsReader::open(src)?;
-    while check.next_txn()?.is_some() {
-        progress.checking(check.position(), check.len());
-    }
     let layout = match &options.blob_dir {
         Some(d) if !d.is_dir() => {
             return Err(ObjError::Invalid(format!(

@@ -20,7 +20,9 @@ mod store;
 pub use blobs::SINGLE_PUT_MAX;
 pub use error::{ErrorKind, ObjError, Result};
 pub use ids::{Oid, Tid};
-pub use import::{ImportOptions, ImportProgress, ImportReport, import_filestorage};
+pub use import::{
+    ImportOptions, ImportProgress, ImportReport, check_filestorage, import_filestorage,
+};
 pub use records::{TxnMeta, TxnRecord};
 pub use store::{
     DataRecordInfo, HistoryEntry, PackStats, References, RestoreStats, StoreStats, TransactionInfo,

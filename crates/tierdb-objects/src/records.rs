@@ -4,12 +4,16 @@
 //! ```text
 //! key                            value
 //! m "state"                      Meta: last tid, oids reserved up to
+//! h <oid:8>                      head: version, current tid, then that Revision
 //! o <oid:8> <tid:8>              Revision: data hash (or "no data"), data_txn, prev tid
 //! t <tid:8>                      TxnRecord: status, user, description, extension
-//! r <tid:8> <oid:8>              (empty): the objects a transaction wrote
+//! r <tid:8> <oid:8>              version only: the objects a transaction wrote
 //! d <hash:32>                    DataRecord: codec, raw length, inline bytes or chunk count
-//! c <hash:32> <n:4>              a chunk of a large record's compressed bytes
+//! c <hash:32> <n:4>              version, then a chunk of a large record's compressed bytes
 //! ```
+//!
+//! Format version 2 put the version byte first in head records and chunks too (version 1
+//! had none there); a database of another version is refused, naming both versions.
 //!
 //! Revisions of one object are adjacent and ordered by tid, so the current revision and
 //! `loadBefore` are one descending seek and history is a prefix scan.
@@ -19,7 +23,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::error::{ObjError, Result};
 use crate::ids::{Oid, Tid};
 
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 pub type Hash = [u8; 32];
 
 pub fn meta_key() -> Bytes {
@@ -51,22 +55,36 @@ pub fn head_key(oid: Oid) -> Bytes {
 
 pub fn encode_head(tid: Tid, rev: &Revision) -> Bytes {
     let enc = rev.encode();
-    let mut out = BytesMut::with_capacity(8 + enc.len());
+    let mut out = BytesMut::with_capacity(9 + enc.len());
+    out.put_u8(VERSION);
     out.put_u64(tid.0);
     out.put_slice(&enc);
     out.freeze()
 }
 
 pub fn decode_head(key: &[u8], v: &[u8]) -> Result<(Tid, Revision)> {
-    if v.len() < 8 {
-        return Err(ObjError::Damaged {
-            key: key.iter().map(|b| format!("{b:02x}")).collect(),
-            reason: "head record shorter than 8 bytes".into(),
-        });
-    }
-    let mut t = [0u8; 8];
-    t.copy_from_slice(&v[..8]);
-    Ok((Tid(u64::from_be_bytes(t)), Revision::decode(key, &v[8..])?))
+    let mut r = Reader::new(key, v)?;
+    let tid = Tid(r.u64()?);
+    Ok((tid, Revision::decode(key, r.buf)?))
+}
+
+/// A chunk of a large record's compressed bytes, as stored.
+pub fn encode_chunk(bytes: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(1 + bytes.len());
+    out.put_u8(VERSION);
+    out.put_slice(bytes);
+    out.freeze()
+}
+
+/// The bytes of a stored chunk.
+pub fn decode_chunk<'a>(key: &[u8], v: &'a [u8]) -> Result<&'a [u8]> {
+    Reader::new(key, v)?;
+    Ok(&v[1..])
+}
+
+/// The value of a `r` key (which objects a transaction wrote): only the version.
+pub fn wrote_value() -> Bytes {
+    Bytes::from_static(&[VERSION])
 }
 
 pub fn txn_key(tid: Tid) -> Bytes {
@@ -444,6 +462,25 @@ mod tests {
     /// Fuzz (proptest, stable Rust): every decoder fed arbitrary bytes, and valid records
     /// with bytes flipped, truncated or appended, returns a value or an error, never panics.
     #[test]
+    fn values_of_another_format_version_are_refused_naming_both() {
+        let rev = Revision {
+            data: None,
+            data_txn: None,
+            prev: Tid(1),
+            blob: None,
+        };
+        let mut head = encode_head(Tid(2), &rev).to_vec();
+        assert_eq!(decode_head(b"h", &head).unwrap(), (Tid(2), rev));
+        head[0] = 1;
+        let e = decode_head(b"h", &head).unwrap_err().to_string();
+        assert!(e.contains("format version 1, this build reads 2"), "{e}");
+        let chunk = encode_chunk(b"xyz");
+        assert_eq!(decode_chunk(b"c", &chunk).unwrap(), b"xyz");
+        assert!(decode_chunk(b"c", b"\x07xyz").is_err());
+        assert_eq!(wrote_value()[0], VERSION);
+    }
+
+    #[test]
     fn decoders_never_panic_on_arbitrary_or_mutated_bytes() {
         use proptest::prelude::*;
         let rev = Revision {
@@ -471,6 +508,7 @@ mod tests {
             .encode()
             .to_vec(),
             encode_head(Tid(4), &rev).to_vec(),
+            encode_chunk(b"some compressed bytes").to_vec(),
         ];
         let decode_all = |v: &[u8]| {
             let k = rev_key(Oid(1), Tid(2));
@@ -479,6 +517,7 @@ mod tests {
             let _ = Meta::decode(&k, v);
             let _ = DataRecord::decode(&k, v);
             let _ = decode_head(&head_key(Oid(1)), v);
+            let _ = decode_chunk(&chunk_key(&[1; 32], 0), v);
             let _ = parse_rev_key(v);
             let _ = parse_wrote_key(v);
             let _ = parse_txn_key(v);

@@ -4,9 +4,12 @@
 //!
 //! | key                              | value                                       |
 //! |----------------------------------|---------------------------------------------|
-//! | `Tn` + table name                | [`TableDef`] (JSON)                         |
-//! | `Ts` + table id (u64 BE) + segment id (u64 BE) | [`SegmentMeta`] (JSON): the extent map |
-//! | `Tc`                             | the next id (u64 BE) for tables and segments |
+//! | `Tn` + table name                | [`FORMAT_VERSION`], then [`TableDef`] (JSON) |
+//! | `Ts` + table id (u64 BE) + segment id (u64 BE) | [`FORMAT_VERSION`], then [`SegmentMeta`] (JSON): the extent map |
+//! | `Tc`                             | [`FORMAT_VERSION`], then the next id (u64 BE) for tables and segments |
+//!
+//! Every value starts with the format version byte; a value of another version is refused
+//! as damaged data naming both versions, never guessed at.
 //!
 //! A load or an insert writes its Parquet segments first and then commits every segment
 //! record (and the id counter) in one KV batch: a reader sees all of it or none of it.
@@ -262,16 +265,36 @@ fn segment_key(table: u64, segment: u64) -> Bytes {
     k.freeze()
 }
 
+/// The version byte every catalog value starts with.
+pub const FORMAT_VERSION: u8 = 1;
+
+/// The value's payload after its version byte, or why it cannot be read.
+fn versioned<'a>(key: &[u8], value: &'a [u8]) -> Result<&'a [u8]> {
+    let damaged = |reason: String| TableError::Damaged {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason,
+    };
+    match value.split_first() {
+        Some((&FORMAT_VERSION, rest)) => Ok(rest),
+        Some((v, _)) => Err(damaged(format!(
+            "catalog format version {v}, this build reads version {FORMAT_VERSION}"
+        ))),
+        None => Err(damaged("empty value".into())),
+    }
+}
+
 fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T> {
-    serde_json::from_slice(value).map_err(|e| TableError::Damaged {
+    serde_json::from_slice(versioned(key, value)?).map_err(|e| TableError::Damaged {
         key: String::from_utf8_lossy(key).into_owned(),
         reason: e.to_string(),
     })
 }
 
 fn encode<T: Serialize>(v: &T) -> Bytes {
+    let mut out = vec![FORMAT_VERSION];
     // Serializing these plain structs cannot fail (no maps with non-string keys).
-    Bytes::from(serde_json::to_vec(v).unwrap_or_default())
+    serde_json::to_writer(&mut out, v).unwrap_or_default();
+    Bytes::from(out)
 }
 
 pub async fn get_table(kv: &dyn KvRead, name: &str) -> Result<Option<TableDef>> {
@@ -302,9 +325,10 @@ pub async fn segments(kv: &dyn KvRead, table: u64) -> Result<Vec<SegmentMeta>> {
 pub async fn next_id(kv: &dyn KvRead) -> Result<u64> {
     match kv.get(COUNTER_KEY).await? {
         Some(v) => {
-            let raw: [u8; 8] = v.as_ref().try_into().map_err(|_| TableError::Damaged {
+            let payload = versioned(COUNTER_KEY, &v)?;
+            let raw: [u8; 8] = payload.try_into().map_err(|_| TableError::Damaged {
                 key: "Tc".into(),
-                reason: format!("{} bytes, expected 8", v.len()),
+                reason: format!("{} bytes, expected 8", payload.len()),
             })?;
             Ok(u64::from_be_bytes(raw))
         }
@@ -336,10 +360,10 @@ impl CatalogBatch {
     }
 
     pub fn set_next_id(&mut self, next: u64) {
-        self.batch.put(
-            Bytes::from_static(COUNTER_KEY),
-            Bytes::copy_from_slice(&next.to_be_bytes()),
-        );
+        let mut value = vec![FORMAT_VERSION];
+        value.extend_from_slice(&next.to_be_bytes());
+        self.batch
+            .put(Bytes::from_static(COUNTER_KEY), Bytes::from(value));
     }
 }
 

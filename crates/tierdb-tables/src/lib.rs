@@ -9,7 +9,6 @@
 //! - [`sql`]: the SQL engine (DataFusion), with CREATE/DROP TABLE on the catalog.
 //! - [`joinorder`]: a join-reordering rule for star joins.
 //! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files.
-//! - [`ssb`]: the Star Schema Benchmark: a data generator and the 13 queries.
 
 pub mod catalog;
 pub mod checksum;
@@ -20,7 +19,6 @@ pub mod joinorder;
 pub mod provider;
 pub mod segment;
 pub mod sql;
-pub mod ssb;
 pub mod tables;
 pub mod write;
 

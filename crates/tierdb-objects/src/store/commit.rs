@@ -88,7 +88,7 @@ impl VersionedStore {
         } else {
             let mut n = 0u32;
             for chunk in stored.chunks(CHUNK_BYTES) {
-                batch.put(records::chunk_key(&h, n), Bytes::copy_from_slice(chunk));
+                batch.put(records::chunk_key(&h, n), records::encode_chunk(chunk));
                 n += 1;
             }
             DataRecord {
@@ -281,7 +281,7 @@ impl VersionedStore {
             if meta.heads {
                 b.put(records::head_key(oid), records::encode_head(voted.tid, rev));
             }
-            b.put(records::wrote_key(voted.tid, oid), Bytes::new());
+            b.put(records::wrote_key(voted.tid, oid), records::wrote_value());
             Self::note_oid(&mut meta, oid);
         }
         let record = TxnRecord {

@@ -262,7 +262,7 @@ impl VersionedStore {
                     key: format!("c{}/{n}", hex(h)),
                     reason: "missing chunk of a large record".into(),
                 })?;
-                all.extend_from_slice(&chunk);
+                all.extend_from_slice(records::decode_chunk(&key, &chunk)?);
             }
             Bytes::from(all)
         };

@@ -80,7 +80,7 @@ impl VersionedStore {
                     )
                     .await?;
                 batch.put(records::rev_key(oid, tid), rev.encode());
-                batch.put(records::wrote_key(tid, oid), Bytes::new());
+                batch.put(records::wrote_key(tid, oid), records::wrote_value());
                 Self::note_oid(&mut meta, oid);
                 latest.insert(oid, tid);
                 written.insert((oid, tid), rev);

@@ -114,11 +114,10 @@ impl VersionedStore {
             } else {
                 let mut n = 0;
                 for i in 0..rec.chunks {
-                    n += self
-                        .kv
-                        .get(&records::chunk_key(&h, i))
-                        .await?
-                        .map_or(0, |c| c.len() as u64);
+                    let key = records::chunk_key(&h, i);
+                    if let Some(c) = self.kv.get(&key).await? {
+                        n += records::decode_chunk(&key, &c)?.len() as u64;
+                    }
                 }
                 n
             };

@@ -18,7 +18,7 @@ use chrono::{Datelike, NaiveDate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::error::{Result, TableError};
+use crate::error::{BenchError, Result};
 
 pub const TABLES: [&str; 5] = ["date", "customer", "supplier", "part", "lineorder"];
 
@@ -340,7 +340,7 @@ pub fn generate(
     progress: &GenProgress,
 ) -> Result<Vec<PathBuf>> {
     if !(sf > 0.0 && sf <= 10_000.0) {
-        return Err(TableError::Import(format!(
+        return Err(BenchError::input(format!(
             "scale factor {sf} is out of range (give a number > 0, e.g. 0.1, 1 or 10)"
         )));
     }
@@ -378,7 +378,7 @@ pub fn generate(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(TableError::Import("generator thread panicked".into())))
+                    .unwrap_or_else(|_| Err(BenchError::bug("the generator thread panicked")))
             })
             .collect()
     });
@@ -391,7 +391,7 @@ pub fn generate(
 fn create(dir: &Path, name: &str) -> Result<(PathBuf, BufWriter<File>)> {
     let path = dir.join(name);
     let f = File::create(&path)
-        .map_err(|e| TableError::Import(format!("cannot create {}: {e}", path.display())))?;
+        .map_err(|e| BenchError::input(format!("cannot create {}: {e}", path.display())))?;
     Ok((path, BufWriter::with_capacity(1 << 20, f)))
 }
 
@@ -419,8 +419,8 @@ fn city(nation: &str, rng: &mut StdRng) -> String {
 
 fn write_date(dir: &Path) -> Result<PathBuf> {
     let (path, mut w) = create(dir, "date.tbl")?;
-    let mut d =
-        NaiveDate::from_ymd_opt(1992, 1, 1).ok_or_else(|| TableError::Import("date".into()))?;
+    let mut d = NaiveDate::from_ymd_opt(1992, 1, 1)
+        .ok_or_else(|| BenchError::bug("1992-01-01 is not a date"))?;
     for _ in 0..2556 {
         let next = d.succ_opt().unwrap_or(d);
         let month = d.month() as usize;
@@ -548,8 +548,8 @@ fn write_lineorder(
 ) -> Result<PathBuf> {
     let (path, mut w) = create(dir, &format!("lineorder.tbl.{chunk}"))?;
     let mut rng = StdRng::seed_from_u64(0x5eed_0000 ^ chunk.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let start =
-        NaiveDate::from_ymd_opt(1992, 1, 1).ok_or_else(|| TableError::Import("date".into()))?;
+    let start = NaiveDate::from_ymd_opt(1992, 1, 1)
+        .ok_or_else(|| BenchError::bug("1992-01-01 is not a date"))?;
     // Orders are dated up to 151 days before the end of 1998 (TPC-H's rule).
     let span = 2556 - 151;
     let datekey = |d: NaiveDate| d.year() * 10000 + d.month() as i32 * 100 + d.day() as i32;
@@ -631,7 +631,7 @@ pub fn files_in(dir: &Path) -> Result<Vec<(&'static str, Vec<PathBuf>)>> {
     let mut out: Vec<(&'static str, Vec<PathBuf>)> =
         TABLES.iter().map(|t| (*t, Vec::new())).collect();
     let entries = std::fs::read_dir(dir)
-        .map_err(|e| TableError::Import(format!("cannot read {}: {e}", dir.display())))?;
+        .map_err(|e| BenchError::input(format!("cannot read {}: {e}", dir.display())))?;
     for e in entries {
         let p = e?.path();
         if let Some(t) = table_of(&p)
@@ -642,7 +642,7 @@ pub fn files_in(dir: &Path) -> Result<Vec<(&'static str, Vec<PathBuf>)>> {
     }
     for (t, files) in &mut out {
         if files.is_empty() {
-            return Err(TableError::Import(format!(
+            return Err(BenchError::input(format!(
                 "{}: no {t}.tbl file; write them with: tierdb ssb generate --sf N {}",
                 dir.display(),
                 dir.display()
