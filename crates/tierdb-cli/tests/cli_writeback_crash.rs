@@ -101,17 +101,8 @@ async fn sigkill_loses_no_acknowledged_write_back_object_local() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loses_no_acknowledged_write_back_object_minio() {
-    let Ok(base) = std::env::var("TIERDB_TEST_S3_URL") else {
-        assert!(
-            std::env::var("TIERDB_REQUIRE_MINIO").is_err(),
-            "TIERDB_REQUIRE_MINIO set but no TIERDB_TEST_S3_URL"
-        );
-        eprintln!("TIERDB_TEST_S3_URL not set: MinIO crash test skipped (scripts/test.sh runs it)");
+    let Some(url) = tierdb_testkit::minio_prefix("crash") else {
         return;
     };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    crash_and_recover(&format!("{base}/crash-{nanos}")).await;
+    crash_and_recover(&url).await;
 }

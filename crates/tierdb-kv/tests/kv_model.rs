@@ -221,16 +221,8 @@ async fn run(
     store.close().await.expect("store close");
 }
 
-/// Cases per run: 6 in CI, more on demand (`TIERDB_MODEL_CASES`).
-fn cases() -> u32 {
-    std::env::var("TIERDB_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(6)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 3, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: tierdb_testkit::model_cases(6), max_shrink_iters: 3, ..ProptestConfig::default() })]
 
     // The saved cases in kv_model.proptest-regressions stalled at "final: close the writer"
     // until KvDb::close stopped asking SlateDB 0.18's close() for a memtable flush, and
@@ -244,21 +236,11 @@ proptest! {
         actions in proptest::collection::vec(action(), 10..50),
     ) {
         let mode = if write_back { WriteMode::WriteBack } else { WriteMode::WriteThrough };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
         // A liveness guard, not a speed check: a stalled store must fail, naming where,
         // not hang CI (shrinking reruns a failing case, so both are kept small).
         let at = Arc::new(parking_lot::Mutex::new(String::from("opening")));
-        let outcome = rt.block_on(async {
-            tokio::time::timeout(
-                std::time::Duration::from_secs(120),
-                run(mode, seed, actions, at.clone()),
-            )
-            .await
-        });
+        let limit = std::time::Duration::from_secs(120);
+        let outcome = tierdb_testkit::run_with_deadline(limit, run(mode, seed, actions, at.clone()));
         if outcome.is_err() {
             panic!(
                 "the model run ({mode:?}, seed {seed}) stalled for 120 s at {}",

@@ -269,16 +269,8 @@ async fn run(mode: WriteMode, seed: u64, actions: Vec<Action>) {
     store.close().await.unwrap();
 }
 
-/// Cases per run: 6 in CI, more on demand (`TIERDB_MODEL_CASES`).
-fn cases() -> u32 {
-    std::env::var("TIERDB_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(6)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 3, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: tierdb_testkit::model_cases(6), max_shrink_iters: 3, ..ProptestConfig::default() })]
 
     #[test]
     fn objects_match_the_model_under_store_faults(
@@ -287,15 +279,8 @@ proptest! {
         actions in proptest::collection::vec(action(), 10..40),
     ) {
         let mode = if write_back { WriteMode::WriteBack } else { WriteMode::WriteThrough };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        // A liveness guard, not a speed check: a stall must fail, not hang CI.
-        let outcome = rt.block_on(async {
-            tokio::time::timeout(std::time::Duration::from_secs(180), run(mode, seed, actions)).await
-        });
+        let limit = std::time::Duration::from_secs(180);
+        let outcome = tierdb_testkit::run_with_deadline(limit, run(mode, seed, actions));
         prop_assert!(outcome.is_ok(), "the model run ({:?}, seed {}) stalled", mode, seed);
     }
 }

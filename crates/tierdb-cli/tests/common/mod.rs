@@ -48,19 +48,7 @@ pub fn kill_after_acks(
 /// A fresh database URL on the test MinIO (`TIERDB_TEST_S3_URL`, set by scripts/test.sh), or
 /// `None` (test skipped) when it is not set and `TIERDB_REQUIRE_MINIO` is not either.
 pub fn minio(name: &str) -> Option<String> {
-    let Ok(base) = std::env::var("TIERDB_TEST_S3_URL") else {
-        assert!(
-            std::env::var("TIERDB_REQUIRE_MINIO").is_err(),
-            "TIERDB_REQUIRE_MINIO set but no TIERDB_TEST_S3_URL"
-        );
-        eprintln!("TIERDB_TEST_S3_URL not set: MinIO test skipped (scripts/test.sh runs it)");
-        return None;
-    };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    Some(format!("{base}/{name}-{nanos}"))
+    tierdb_testkit::minio_prefix(name)
 }
 
 /// Starts `tierdb ARGS` with the debug build's pause point `point` selected and returns it

@@ -57,19 +57,8 @@ pub async fn over(
 
 /// A fresh prefix on the MinIO that scripts/test.sh started, or `None` (skipped) without it.
 pub fn minio_url(name: &str) -> Option<StoreUrl> {
-    let Ok(base) = std::env::var("TIERDB_TEST_S3_URL") else {
-        assert!(
-            std::env::var("TIERDB_REQUIRE_MINIO").is_err(),
-            "TIERDB_REQUIRE_MINIO set but no TIERDB_TEST_S3_URL"
-        );
-        eprintln!("TIERDB_TEST_S3_URL not set: MinIO case skipped (scripts/test.sh runs it)");
-        return None;
-    };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    Some(StoreUrl::parse(&format!("{base}/{name}-{nanos}")).unwrap())
+    let url = tierdb_testkit::minio_prefix(name)?;
+    Some(StoreUrl::parse(&url).unwrap())
 }
 
 pub async fn at(url: &StoreUrl, cache: Option<&std::path::Path>, mode: WriteMode) -> TieredStore {
