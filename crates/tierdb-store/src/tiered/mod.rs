@@ -63,8 +63,12 @@ use read::*;
 /// How often a store with a cache directory saves its statistics there.
 const STATS_SAVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Block fetches of one read that run at once.
+/// Capacity-store requests (or tier lookups) of one read that run at once.
 const READ_FANOUT: usize = 8;
+
+/// The largest ranged GET a read makes when it fetches a run of adjacent missing blocks in
+/// one request (a column chunk of a few MiB is one or two requests, not one per block).
+const COALESCE_MAX_BYTES: u64 = 4 << 20;
 
 /// The tiered object store. Cheap to clone; clones share everything.
 #[derive(Clone)]

@@ -3,6 +3,8 @@
 //! store; object metadata through the metadata cache. See `docs/ARCHITECTURE.md`, "Read
 //! path".
 
+use futures::TryFutureExt;
+
 use super::*;
 
 pub(super) fn insert_blocks(
@@ -12,19 +14,13 @@ pub(super) fn insert_blocks(
     data: &Bytes,
     block_bytes: u64,
 ) {
-    for (i, start) in (0..data.len() as u64)
-        .step_by(block_bytes as usize)
-        .enumerate()
-    {
-        let end = (start + block_bytes).min(data.len() as u64);
-        cache.insert(
-            BlockKey {
-                path: path.as_ref().to_string(),
-                version: version.to_string(),
-                block: i as u64,
-            },
-            data.slice(start as usize..end as usize),
-        );
+    for (i, block) in split_blocks(data, block_bytes).into_iter().enumerate() {
+        let key = BlockKey {
+            path: path.as_ref().to_string(),
+            version: version.to_string(),
+            block: i as u64,
+        };
+        cache.insert(key, block);
     }
 }
 
@@ -80,6 +76,40 @@ pub(super) fn pending_meta(path: &Path, entry: &Entry) -> ObjectMeta {
         e_tag: None,
         version: None,
     }
+}
+
+/// `bytes` cut into blocks of `block_bytes` (the last may be shorter).
+pub(super) fn split_blocks(bytes: &Bytes, block_bytes: u64) -> Vec<Bytes> {
+    (0..bytes.len())
+        .step_by(block_bytes as usize)
+        .map(|from| bytes.slice(from..(from + block_bytes as usize).min(bytes.len())))
+        .collect()
+}
+
+/// `blocks` with empty blocks added up to `n` (an object shorter than its metadata said;
+/// the caller notices the missing bytes and refuses the read).
+fn pad_blocks(mut blocks: Vec<Bytes>, n: usize) -> Vec<Bytes> {
+    blocks.resize(n.max(blocks.len()), Bytes::new());
+    blocks
+}
+
+/// Runs of adjacent `None`s in `chunks`, each at most `max_len` long.
+pub(super) fn missing_runs(chunks: &[Option<Bytes>], max_len: usize) -> Vec<Range<usize>> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < chunks.len() {
+        if chunks[i].is_some() {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < chunks.len() && chunks[j].is_none() && j - i < max_len {
+            j += 1;
+        }
+        runs.push(i..j);
+        i = j;
+    }
+    runs
 }
 
 pub(super) fn not_found(path: &Path) -> object_store::Error {
@@ -208,6 +238,10 @@ impl Inner {
         async move { capacity.get_opts(&location, options).await?.bytes().await }
     }
 
+    /// Reads `blocks` through the tiers: blocks the tiers hold are served from them, the
+    /// missing ones are fetched as few ranged GETs as possible (runs of adjacent missing
+    /// blocks, each at most [`COALESCE_MAX_BYTES`], up to [`READ_FANOUT`] at once), split
+    /// into blocks and inserted.
     pub(super) async fn read_blocks_admitted(
         &self,
         cache: &Arc<BlockCache>,
@@ -216,16 +250,94 @@ impl Inner {
         version: &str,
         blocks: Range<u64>,
     ) -> object_store::Result<Vec<Bytes>> {
-        stream::iter(blocks)
-            .map(|block| {
-                let key = BlockKey {
-                    path: location.as_ref().to_string(),
-                    version: version.to_string(),
-                    block,
-                };
-                let fetch = self.fetch(location, meta, self.block_range(meta, block));
+        let keys: Vec<BlockKey> = blocks
+            .clone()
+            .map(|block| BlockKey {
+                path: location.as_ref().to_string(),
+                version: version.to_string(),
+                block,
+            })
+            .collect();
+        let keys = &keys;
+        let mut chunks: Vec<Option<Bytes>> = stream::iter(0..keys.len())
+            .map(|i| async move {
+                let hit = cache.get(&keys[i]).await?;
+                if let Some((bytes, source)) = &hit {
+                    cache.counters.record(*source, bytes.len() as u64);
+                }
+                Ok::<_, object_store::Error>(hit.map(|(bytes, _)| bytes))
+            })
+            .buffered(READ_FANOUT)
+            .try_collect()
+            .await?;
+        let max_blocks = (COALESCE_MAX_BYTES / self.options.block_bytes).max(1) as usize;
+        let fetched: Vec<(usize, Vec<Bytes>)> = stream::iter(missing_runs(&chunks, max_blocks))
+            .map(|run| {
+                let first = blocks.start + run.start as u64;
+                self.fetch_run(cache, location, meta, &keys[run.clone()], first)
+                    .map_ok(move |got| (run.start, got))
+            })
+            .buffer_unordered(READ_FANOUT)
+            .try_collect()
+            .await?;
+        for (start, run) in fetched {
+            for (k, bytes) in run.into_iter().enumerate() {
+                chunks[start + k] = Some(bytes);
+            }
+        }
+        Ok(chunks.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// Fetches the adjacent blocks `keys` (the first is block `first`) with one ranged GET,
+    /// inserts them into the tiers and returns them. The fetch goes through the cache's
+    /// single flight on the first block and inserts the others before it completes, so a
+    /// concurrent reader of the same run waits for it and then finds every block cached
+    /// instead of asking the capacity store again.
+    async fn fetch_run(
+        &self,
+        cache: &Arc<BlockCache>,
+        location: &Path,
+        meta: &ObjectMeta,
+        keys: &[BlockKey],
+        first: u64,
+    ) -> object_store::Result<Vec<Bytes>> {
+        let b = self.options.block_bytes;
+        let range = first * b..((first + keys.len() as u64) * b).min(meta.size);
+        let whole: Arc<parking_lot::Mutex<Option<Bytes>>> = Arc::default();
+        let fetch = {
+            let request = self.fetch(location, meta, range);
+            let (whole, cache, rest) = (whole.clone(), cache.clone(), keys[1..].to_vec());
+            async move {
+                let bytes = request.await?;
+                let blocks = split_blocks(&bytes, b);
+                for (key, block) in rest.into_iter().zip(blocks.iter().skip(1)) {
+                    cache.insert(key, block.clone());
+                }
+                let head = blocks.first().cloned().unwrap_or_default();
+                *whole.lock() = Some(bytes);
+                Ok(head)
+            }
+        };
+        let (head, source) = cache.get_or_fetch(&keys[0], fetch).await?;
+        let fetched = whole.lock().take();
+        if let Some(bytes) = fetched {
+            // This reader's request: every block of the run came from the capacity store.
+            bump(&self.counters.gets, 1);
+            bump(&self.counters.get_bytes, bytes.len() as u64);
+            let blocks = split_blocks(&bytes, b);
+            for block in &blocks {
+                cache.counters.record(Source::Capacity, block.len() as u64);
+            }
+            return Ok(pad_blocks(blocks, keys.len()));
+        }
+        // Another reader fetched the first block: the rest through the tiers, where that
+        // reader's run put them.
+        cache.counters.record(source, head.len() as u64);
+        let rest: Vec<Bytes> = stream::iter(1..keys.len())
+            .map(|k| {
+                let fetch = self.fetch(location, meta, self.block_range(meta, first + k as u64));
                 async move {
-                    let (bytes, source) = cache.get_or_fetch(&key, fetch).await?;
+                    let (bytes, source) = cache.get_or_fetch(&keys[k], fetch).await?;
                     cache.counters.record(source, bytes.len() as u64);
                     if source == Source::Capacity {
                         bump(&self.counters.gets, 1);
@@ -236,7 +348,8 @@ impl Inner {
             })
             .buffered(READ_FANOUT)
             .try_collect()
-            .await
+            .await?;
+        Ok(std::iter::once(head).chain(rest).collect())
     }
 
     /// Serves cached blocks from the cache and the rest with as few capacity requests as
@@ -264,29 +377,53 @@ impl Inner {
             chunks.push(hit.map(|(bytes, _)| bytes));
         }
         let b = self.options.block_bytes;
-        let mut i = 0;
-        while i < chunks.len() {
-            if chunks[i].is_some() {
-                i += 1;
-                continue;
-            }
-            let mut j = i;
-            while j < chunks.len() && chunks[j].is_none() {
-                j += 1;
-            }
-            let first = blocks.start + i as u64;
-            let range = first * b..((blocks.start + j as u64) * b).min(meta.size);
-            bump(&cache.counters.bypassed, (j - i) as u64);
+        let max_blocks = (COALESCE_MAX_BYTES / b).max(1) as usize;
+        for run in missing_runs(&chunks, max_blocks) {
+            let first = blocks.start + run.start as u64;
+            let range = first * b..((first + run.len() as u64) * b).min(meta.size);
+            bump(&cache.counters.bypassed, run.len() as u64);
             bump(&self.counters.gets, 1);
             bump(&self.counters.get_bytes, range.end - range.start);
-            let bytes = self.fetch(location, meta, range.clone()).await?;
-            for (k, slot) in chunks[i..j].iter_mut().enumerate() {
-                let from = (k as u64 * b).min(bytes.len() as u64) as usize;
-                let to = ((k as u64 + 1) * b).min(bytes.len() as u64) as usize;
-                *slot = Some(bytes.slice(from..to));
+            let bytes = self.fetch(location, meta, range).await?;
+            let got = pad_blocks(split_blocks(&bytes, b), run.len());
+            for (slot, block) in chunks[run].iter_mut().zip(got) {
+                *slot = Some(block);
             }
-            i = j;
         }
         Ok(chunks.into_iter().map(Option::unwrap_or_default).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_blocks_are_grouped_into_capped_runs() {
+        let hit = Some(Bytes::from_static(b"x"));
+        let chunks = vec![
+            None,
+            None,
+            hit.clone(),
+            None,
+            None,
+            None,
+            None,
+            None,
+            hit,
+            None,
+        ];
+        assert_eq!(missing_runs(&chunks, 3), vec![0..2, 3..6, 6..8, 9..10]);
+        assert_eq!(missing_runs(&chunks, 100), vec![0..2, 3..8, 9..10]);
+        assert!(missing_runs(&[], 4).is_empty());
+    }
+
+    #[test]
+    fn bytes_split_into_blocks_with_a_short_last_one() {
+        let bytes = Bytes::from(vec![7u8; 10]);
+        let blocks = split_blocks(&bytes, 4);
+        assert_eq!(blocks.iter().map(Bytes::len).collect::<Vec<_>>(), [4, 4, 2]);
+        assert_eq!(pad_blocks(blocks, 5).len(), 5);
+        assert!(split_blocks(&Bytes::new(), 4).is_empty());
     }
 }
