@@ -25,7 +25,7 @@ tiers=(--cache-dir "$cache" --cache-bytes 256MiB --memory-bytes 64MiB)
 
 echo
 echo "== 1. SQL: the Star Schema Benchmark at scale factor $SF"
-"$tierdb" ssb generate --sf "$SF" --dir "$work/ssb"
+"$tierdb" ssb generate --sf "$SF" "$work/ssb"
 "$tierdb" ssb load "$work/warehouse" "$work/ssb" --create "${tiers[@]}"
 "$tierdb" sql "$work/warehouse" "${tiers[@]}" -c "
   SELECT d_year, sum(lo_revenue) AS revenue

@@ -221,7 +221,7 @@ pub async fn run_info(db: String, format: Format, tiers: TierArgs) -> CliResult 
             "cache": saved,
         }));
     }
-    let mut t = stats::table(&["database", &db]);
+    let mut t = stats::key_value_table(["database", &db]);
     let mut row = |k: &str, v: String| {
         t.add_row(vec![k.to_string(), v]);
     };

@@ -14,6 +14,14 @@ pub enum Format {
     Json,
 }
 
+/// A two-column table of names and values, both left-aligned (`tierdb info`).
+pub fn key_value_table(header: [&str; 2]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(presets::NOTHING);
+    t.set_header(header);
+    t
+}
+
 /// A table with a header row and right-aligned numbers (every column but the first).
 pub fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
