@@ -78,6 +78,33 @@ pub(super) fn pending_meta(path: &Path, entry: &Entry) -> ObjectMeta {
     }
 }
 
+/// The cache keys of `blocks` of one version of the object at `path`.
+fn block_keys(path: &Path, version: &str, blocks: Range<u64>) -> Vec<BlockKey> {
+    blocks
+        .map(|block| BlockKey {
+            path: path.as_ref().to_string(),
+            version: version.to_string(),
+            block,
+        })
+        .collect()
+}
+
+/// What the tiers (DRAM, then device) hold of `keys`, looked up [`READ_FANOUT`] at once;
+/// every hit is counted.
+async fn probe(cache: &BlockCache, keys: &[BlockKey]) -> object_store::Result<Vec<Option<Bytes>>> {
+    stream::iter(0..keys.len())
+        .map(|i| async move {
+            let hit = cache.get(&keys[i]).await?;
+            if let Some((bytes, source)) = &hit {
+                cache.counters.record(*source, bytes.len() as u64);
+            }
+            Ok::<_, object_store::Error>(hit.map(|(bytes, _)| bytes))
+        })
+        .buffered(READ_FANOUT)
+        .try_collect()
+        .await
+}
+
 /// `bytes` cut into blocks of `block_bytes` (the last may be shorter).
 pub(super) fn split_blocks(bytes: &Bytes, block_bytes: u64) -> Vec<Bytes> {
     (0..bytes.len())
@@ -250,26 +277,9 @@ impl Inner {
         version: &str,
         blocks: Range<u64>,
     ) -> object_store::Result<Vec<Bytes>> {
-        let keys: Vec<BlockKey> = blocks
-            .clone()
-            .map(|block| BlockKey {
-                path: location.as_ref().to_string(),
-                version: version.to_string(),
-                block,
-            })
-            .collect();
+        let keys = block_keys(location, version, blocks.clone());
         let keys = &keys;
-        let mut chunks: Vec<Option<Bytes>> = stream::iter(0..keys.len())
-            .map(|i| async move {
-                let hit = cache.get(&keys[i]).await?;
-                if let Some((bytes, source)) = &hit {
-                    cache.counters.record(*source, bytes.len() as u64);
-                }
-                Ok::<_, object_store::Error>(hit.map(|(bytes, _)| bytes))
-            })
-            .buffered(READ_FANOUT)
-            .try_collect()
-            .await?;
+        let mut chunks = probe(cache, keys).await?;
         let max_blocks = (COALESCE_MAX_BYTES / self.options.block_bytes).max(1) as usize;
         let fetched: Vec<(usize, Vec<Bytes>)> = stream::iter(missing_runs(&chunks, max_blocks))
             .map(|run| {
@@ -362,20 +372,7 @@ impl Inner {
         version: &str,
         blocks: Range<u64>,
     ) -> object_store::Result<Vec<Bytes>> {
-        let mut chunks: Vec<Option<Bytes>> =
-            Vec::with_capacity((blocks.end - blocks.start) as usize);
-        for block in blocks.clone() {
-            let key = BlockKey {
-                path: location.as_ref().to_string(),
-                version: version.to_string(),
-                block,
-            };
-            let hit = cache.get(&key).await?;
-            if let Some((bytes, source)) = &hit {
-                cache.counters.record(*source, bytes.len() as u64);
-            }
-            chunks.push(hit.map(|(bytes, _)| bytes));
-        }
+        let mut chunks = probe(cache, &block_keys(location, version, blocks.clone())).await?;
         let b = self.options.block_bytes;
         let max_blocks = (COALESCE_MAX_BYTES / b).max(1) as usize;
         for run in missing_runs(&chunks, max_blocks) {
