@@ -4,7 +4,8 @@
 # acknowledged writes, lost, wrong, detected, panics and hangs; exits 1 if anything was lost,
 # wrong, panicked or hung. JSON goes to torture.json (or TORTURE_JSON).
 #   scripts/torture.sh [MINUTES] [extra python/torture/torture.py options]
-# Uses the debug build (pause points, assertions): cargo build first, or set TIERDB_BIN.
+# Uses the debug build (pause points, assertions) with the debug-commands feature, which it
+# builds first; or set TIERDB_BIN to such a binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
