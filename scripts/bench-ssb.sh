@@ -4,8 +4,13 @@
 #   import throughput (tierdb ssb load, sorted on ingest, vs DuckDB COPY), the 13 queries
 #   warm on sorted and on unsorted tables, cold from MinIO, answers checked against
 #   DuckDB's, and bytes read with and without extent elimination.
+# Then the read path (issue 12, python/bench/ssb_readpath.py): the same segment files read
+#   straight from local disk with no store layers, through the tiers warm, cold from MinIO,
+#   after a restart, and by DuckDB 1.5.5 with httpfs cold from the same MinIO, beside MinIO's
+#   raw throughput; GET requests and bytes from MinIO per query.
 # SF (default 10) and THREADS (default 2) set the size; data is generated once into
 # ~/.cache/tierdb/bench/ssb-sfSF. Output (tables, CSV, PNG) goes to $OUT (bench-results/).
+# SECTIONS (default "compare readpath") picks the parts to run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
@@ -13,6 +18,7 @@ OUT=${OUT:-bench-results}
 SF=${SF:-10}
 THREADS=${THREADS:-2}
 RUNS=${RUNS:-3}
+SECTIONS=${SECTIONS:-compare readpath}
 mkdir -p "$OUT"
 PY=$(scripts/python-env.sh | tail -1)
 "$PY" -m pip install -q --disable-pip-version-check duckdb matplotlib
@@ -25,6 +31,19 @@ minio_start
 
 DATA=$HOME/.cache/tierdb/bench/ssb-sf$SF
 WORK=$(mktemp -d -t tierdb-ssb.XXXXXX)
-"$PY" python/bench/ssb_compare.py --tierdb "$BIN" --sf "$SF" --data "$DATA" --work "$WORK" \
-  --threads "$THREADS" --runs "$RUNS" --s3-url "$TIERDB_TEST_S3_URL" --out "$OUT" | tee "$OUT/ssb.txt"
+if [[ " $SECTIONS " == *" compare "* ]]; then
+  "$PY" python/bench/ssb_compare.py --tierdb "$BIN" --sf "$SF" --data "$DATA" --work "$WORK" \
+    --threads "$THREADS" --runs "$RUNS" --s3-url "$TIERDB_TEST_S3_URL" --out "$OUT" | tee "$OUT/ssb.txt"
+fi
+if [[ " $SECTIONS " == *" readpath "* ]]; then
+  # DuckDB 1.5.5 in its own environment: its httpfs extension comes from pip and is loaded
+  # by path (nothing can be downloaded at run time here).
+  DUCK_ENV=$HOME/.cache/tierdb/venv-duckdb-1.5.5
+  if [ ! -x "$DUCK_ENV/bin/python" ]; then python3 -m venv "$DUCK_ENV"; fi
+  "$DUCK_ENV/bin/python" -m pip install -q --disable-pip-version-check \
+    duckdb==1.5.5 duckdb-extension-httpfs==1.5.5
+  "$PY" python/bench/ssb_readpath.py --tierdb "$BIN" --duckdb-python "$DUCK_ENV/bin/python" \
+    --sf "$SF" --data "$DATA" --work "$WORK/readpath" --threads "$THREADS" --runs "$RUNS" \
+    --bucket "s3://tierdb-test" --out "$OUT" | tee "$OUT/ssb-readpath.txt"
+fi
 rm -rf "$WORK"

@@ -10,6 +10,7 @@
 //! - [`oltp_bench`]: `tierdb bench oltp`, seed 001's race on the key-value engine;
 //! - [`ssb`]: the Star Schema Benchmark: a data generator (dbgen's tables), the schema and
 //!   the 13 queries; [`ssb_bench`]: `tierdb bench ssb`;
+//! - [`throughput`]: `tierdb bench throughput`, the capacity store's own read speed;
 //! - [`plot`]: PNG plots.
 
 pub mod cache_bench;
@@ -19,4 +20,5 @@ pub mod plot;
 pub mod sim;
 pub mod ssb;
 pub mod ssb_bench;
+pub mod throughput;
 pub mod zipf;

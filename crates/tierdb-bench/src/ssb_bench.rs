@@ -26,6 +26,12 @@ pub struct SsbBenchConfig {
     pub runs: usize,
     /// Each query once on a freshly opened database instead.
     pub cold: bool,
+    /// Each query once, with no warming run, on the tiers as configured: with the cache
+    /// directory of an earlier process, this measures a restart.
+    pub once: bool,
+    /// Read the segment files straight from the local filesystem (a database in a local
+    /// directory only): the same plans without tierdb's store layers.
+    pub direct_files: bool,
     pub extent_elimination: bool,
     /// Only these queries (names like `Q1.1`); all 13 when empty.
     pub queries: Vec<String>,
@@ -41,6 +47,12 @@ pub struct QueryRun {
     pub bytes_read: u64,
     /// Bytes fetched from the capacity store (object storage) by the tiers.
     pub capacity_bytes: u64,
+    /// GET requests the tiers made to the capacity store.
+    pub capacity_gets: u64,
+    /// Metadata requests (HEAD) the tiers made to the capacity store.
+    pub capacity_heads: u64,
+    /// Bytes the device tier served.
+    pub device_bytes: u64,
     pub segments: u64,
     pub segments_skipped: u64,
 }
@@ -99,6 +111,12 @@ pub async fn run(config: &SsbBenchConfig) -> Result<SsbReport> {
     let (engine, db) = open(config, scan).await?;
     let measured = async {
         for (name, sql) in &selected {
+            if config.once {
+                report
+                    .runs
+                    .push(run_query(&engine, name, sql, &mut report.answers).await?);
+                continue;
+            }
             // One run to warm the caches, then the best of `runs`.
             run_query(&engine, name, sql, &mut String::new()).await?;
             let mut best: Option<QueryRun> = None;
@@ -134,11 +152,25 @@ async fn open(config: &SsbBenchConfig, scan: ScanOptions) -> Result<(SqlEngine, 
     let db = Database::open(&config.db, &config.open)
         .await
         .map_err(engine_error)?;
-    match SqlEngine::new(Arc::new(db.tables()), &config.engine) {
-        Ok(engine) => {
-            engine.set_scan_options(scan);
-            Ok((engine, db))
+    let made = SqlEngine::new(Arc::new(db.tables()), &config.engine).and_then(|engine| {
+        engine.set_scan_options(scan);
+        if config.direct_files {
+            match tierdb_engine::locate(&config.db) {
+                Ok((tierdb_store::StoreUrl::Local(root), _)) => {
+                    engine.read_files_directly(&root)?
+                }
+                _ => {
+                    return Err(tierdb_tables::TableError::Schema(format!(
+                        "{}: reading segment files directly needs a database in a local directory",
+                        config.db
+                    )));
+                }
+            }
         }
+        Ok(engine)
+    });
+    match made {
+        Ok(engine) => Ok((engine, db)),
         Err(e) => {
             let _ = db.close().await;
             Err(engine_error(e.into()))
@@ -181,7 +213,13 @@ async fn run_query(
         seconds,
         rows: r.rows(),
         bytes_read: bytes_after - bytes_before,
-        capacity_bytes: tier_after.saturating_sub(tier_before),
+        capacity_bytes: tier_after
+            .capacity
+            .get_bytes
+            .saturating_sub(tier_before.capacity.get_bytes),
+        capacity_gets: tier_after.capacity.gets - tier_before.capacity.gets,
+        capacity_heads: tier_after.capacity.heads - tier_before.capacity.heads,
+        device_bytes: tier_after.device.hit_bytes - tier_before.device.hit_bytes,
         segments: scan_after[0] - scan_before[0],
         segments_skipped: scan_after[1] - scan_before[1],
     })
@@ -190,17 +228,18 @@ async fn run_query(
 /// The figures as a table.
 pub fn render(report: &SsbReport) -> String {
     let mut out = format!(
-        "{:<6} {:>10} {:>6} {:>14} {:>14} {:>12}\n",
-        "query", "seconds", "rows", "bytes read", "from capacity", "segments"
+        "{:<6} {:>10} {:>6} {:>14} {:>14} {:>6} {:>12}\n",
+        "query", "seconds", "rows", "bytes read", "from capacity", "GETs", "segments"
     );
     for r in &report.runs {
         out.push_str(&format!(
-            "{:<6} {:>10.4} {:>6} {:>14} {:>14} {:>5} of {:<5}\n",
+            "{:<6} {:>10.4} {:>6} {:>14} {:>14} {:>6} {:>5} of {:<5}\n",
             r.query,
             r.seconds,
             r.rows,
             r.bytes_read,
             r.capacity_bytes,
+            r.capacity_gets,
             r.segments - r.segments_skipped,
             r.segments
         ));

@@ -18,7 +18,8 @@ pub struct TierArgs {
     /// Size of the device tier, e.g. 10GiB [default: 0, off].
     #[arg(long)]
     pub cache_bytes: Option<ByteSize>,
-    /// Size of the DRAM tier, 0 = off [default: 256MiB].
+    /// Size of the DRAM tier, 0 = off [default: a quarter of the machine's memory, at
+    /// least 256MiB].
     #[arg(long)]
     pub memory_bytes: Option<ByteSize>,
     /// write-through, write-around or write-back [default: write-through].
@@ -27,7 +28,7 @@ pub struct TierArgs {
     /// Eviction policy of the DRAM tier: lru, lfu, fifo, s3fifo, sieve [default: lfu].
     #[arg(long)]
     pub eviction: Option<Eviction>,
-    /// Cached block size [default: 64KiB].
+    /// Cached block size of every object [default: 64KiB; 1MiB for table segments].
     #[arg(long)]
     pub block_bytes: Option<ByteSize>,
     /// Write-back: cap on data not yet uploaded; writers wait at the cap [default: 256MiB].
@@ -58,7 +59,11 @@ impl TierArgs {
         };
         bytes(self.cache_bytes, &mut t.cache_bytes);
         bytes(self.memory_bytes, &mut t.memory_bytes);
-        bytes(self.block_bytes, &mut t.block_bytes);
+        if let Some(b) = self.block_bytes {
+            t.block_bytes = b.as_u64();
+            // Every object: no engine-chosen block size per prefix either.
+            t.block_bytes_by_prefix = vec![(String::new(), b.as_u64())];
+        }
         bytes(self.dirty_bytes_max, &mut t.dirty_bytes_max);
         bytes(self.sequential_cutoff, &mut t.sequential_cutoff_bytes);
         if let Some(m) = self.write_mode {

@@ -24,6 +24,9 @@ pub enum BenchCommand {
     /// The 13 Star Schema Benchmark queries, warm (best of --runs) or --cold: per-query
     /// time, bytes read, bytes from object storage and segments skipped.
     Ssb(BenchSsbArgs),
+    /// The capacity store's own speed for large parallel ranged GETs of a database's
+    /// objects, with no tiers: the physical limit for cold reads.
+    Throughput(BenchThroughputArgs),
 }
 
 #[derive(Args, Debug)]
@@ -142,6 +145,7 @@ pub async fn run_bench(cmd: BenchCommand) -> CliResult {
             Ok(())
         }
         BenchCommand::Ssb(a) => run_bench_ssb(a).await,
+        BenchCommand::Throughput(a) => run_bench_throughput(a).await,
         BenchCommand::Oltp(a) => {
             use tierdb_bench::oltp_bench::{self, OltpConfig, Variant};
             let url = StoreUrl::parse(&a.url)?;
@@ -203,6 +207,15 @@ pub struct BenchSsbArgs {
     /// Cold: every query runs once on freshly opened, empty DRAM and device tiers.
     #[arg(long)]
     pub cold: bool,
+    /// Each query once, with no warming run, on the tiers as configured: with the
+    /// --cache-dir of an earlier run, this measures a restarted process.
+    #[arg(long, conflicts_with = "cold")]
+    pub once: bool,
+    /// Read segment files straight from the local filesystem, bypassing tierdb's store
+    /// layers (tiers, checksums): the same plans, to measure what those layers cost. DB must
+    /// be a local directory.
+    #[arg(long)]
+    pub direct_files: bool,
     /// Skip segments with the extent map (on by default; off to measure what it saves).
     #[arg(long)]
     pub no_extent_elimination: bool,
@@ -229,6 +242,8 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
         engine: args.engine.options(),
         runs: args.runs,
         cold: args.cold,
+        once: args.once,
+        direct_files: args.direct_files,
         extent_elimination: !args.no_extent_elimination,
         queries: args.queries.clone(),
     };
@@ -240,6 +255,66 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
     if let Some(p) = &args.answers {
         std::fs::write(p, &report.answers)
             .map_err(|e| CliError::input(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct BenchThroughputArgs {
+    /// The database URL (its objects under --under are read).
+    pub db: String,
+    /// The folder of the database to read.
+    #[arg(long, default_value = "tables")]
+    pub under: String,
+    /// Bytes per ranged GET.
+    #[arg(long, default_value = "8MiB")]
+    pub piece: ByteSize,
+    /// GETs in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Stop after this many bytes.
+    #[arg(long, default_value = "4GiB")]
+    pub bytes_max: ByteSize,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+pub async fn run_bench_throughput(a: BenchThroughputArgs) -> CliResult {
+    use tierdb_bench::throughput::{self, ThroughputConfig};
+    let options = tierdb_engine::StoreOptions {
+        s3: a.s3.options(),
+        ..Default::default()
+    };
+    let (store, path) = tierdb_engine::open_store_of(&a.db, &options).await?;
+    let config = ThroughputConfig {
+        prefix: object_store::path::Path::from(format!("{path}/{}", a.under.trim_matches('/'))),
+        piece_bytes: a.piece.as_u64(),
+        concurrency: a.concurrency,
+        bytes_max: a.bytes_max.as_u64(),
+    };
+    let report = throughput::run(store.capacity().clone(), &config).await;
+    store.close().await?;
+    let report = report?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report)
+                .map_err(|e| CliError::new(tierdb_store::ErrorKind::Bug, e.to_string()))?
+        );
+    } else {
+        println!(
+            "capacity store throughput: {} in {} ranged GETs of {} from {} objects, {} at once: {:.2} s, {:.1} MiB/s",
+            ByteSize::b(report.bytes),
+            report.requests,
+            a.piece,
+            report.objects,
+            a.concurrency,
+            report.seconds,
+            report.mib_per_second()
+        );
     }
     Ok(())
 }

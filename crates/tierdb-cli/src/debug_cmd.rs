@@ -11,7 +11,7 @@ use tierdb_engine::{Database, Role, Workload};
 use tierdb_kv::KvWrite;
 
 use crate::args::{KvArgs, TierArgs};
-use crate::error::{CliError, CliResult, output_failed};
+use crate::error::{CliError, CliResult, output_failed, store_failed};
 use crate::store_cmd::{close, open};
 
 #[derive(Subcommand, Debug)]
@@ -28,6 +28,14 @@ pub enum DebugCommand {
         rows: u64,
         #[command(flatten)]
         kv: KvArgs,
+    },
+    /// Read KEYS through the tiers, wait until the device tier has written what they
+    /// inserted, print "cached", then wait to be killed (the device-tier restart test).
+    ReadAndHold {
+        url: String,
+        keys: Vec<String>,
+        #[command(flatten)]
+        tiers: TierArgs,
     },
     /// Put objects k0, k1, ... and print "acked kN" after each acknowledgement.
     WriteStream {
@@ -56,6 +64,22 @@ pub async fn run_debug(cmd: DebugCommand) -> CliResult {
             rows,
             kv,
         } => commit_stream(&db, count, writers, rows, &kv).await,
+        DebugCommand::ReadAndHold { url, keys, tiers } => {
+            let store = open(&url, &tiers, false).await?;
+            for key in &keys {
+                store
+                    .get(&Path::from(key.as_str()))
+                    .await
+                    .map_err(|e| store_failed(format!("cannot read {key}"), e))?
+                    .bytes()
+                    .await
+                    .map_err(|e| store_failed(format!("cannot read {key}"), e))?;
+            }
+            store.wait_device_writes().await;
+            println!("cached");
+            std::future::pending::<()>().await;
+            Ok(())
+        }
         DebugCommand::WriteStream {
             url,
             count,

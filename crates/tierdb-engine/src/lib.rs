@@ -85,6 +85,7 @@ impl OpenOptions {
     /// Everything else is [`TierOptions::default`] and [`KvOptions::default`].
     pub fn new(workload: Workload, role: Role) -> Self {
         let mut store = StoreOptions::default();
+        store.tiers.memory_bytes = default_memory_bytes();
         let mut kv = KvOptions::default();
         match workload {
             Workload::Kv => {}
@@ -101,6 +102,42 @@ impl OpenOptions {
             pin_checkpoint: false,
         }
     }
+}
+
+/// The tiers' block size for table segments (Parquet column chunks are read in large
+/// pieces; key-value SST blocks and ZODB records keep the default, 64 KiB).
+pub const SEGMENT_BLOCK_BYTES: u64 = 1 << 20;
+
+/// The store options for the database at `path`: what the engines write there that never
+/// changes once written (SSTs, WAL SSTs, Parquet segments: immutable, so their metadata is
+/// kept without expiry and across restarts), and the block size of table segments.
+fn store_options_for(path: &str, options: &OpenOptions) -> StoreOptions {
+    let mut store = options.store.clone();
+    let tiers = &mut store.tiers;
+    for dir in ["compacted", "wal", "tables"] {
+        tiers.immutable_prefixes.push(format!("{path}/{dir}/"));
+    }
+    // Unless the caller chose block sizes itself.
+    if tiers.block_bytes_by_prefix.is_empty() {
+        tiers
+            .block_bytes_by_prefix
+            .push((format!("{path}/tables/"), SEGMENT_BLOCK_BYTES));
+    }
+    store
+}
+
+/// The DRAM tier's default: a quarter of the machine's memory, at least 256 MiB (one
+/// database process per machine is the common case; set `--memory` when several share it).
+pub fn default_memory_bytes() -> u64 {
+    let physical = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024);
+    (physical / 4).max(256 << 20)
 }
 
 /// Splits a database URL into the store to open and the database's path in it.
@@ -199,7 +236,7 @@ impl Database {
         let (root, path) = locate(url)?;
         let probe = matches!(root, StoreUrl::S3 { .. });
         let create = options.kv.create && options.role == Role::Writer;
-        let store = open_root(&root, &options.store, create, probe).await?;
+        let store = open_root(&root, &store_options_for(&path, options), create, probe).await?;
         match Self::open_kv(store.clone(), url, &path, options).await {
             Ok(kv) => Ok(Database {
                 url: url.to_string(),

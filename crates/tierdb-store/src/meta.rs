@@ -6,6 +6,9 @@
 //! `ttl`; until then the old version's blocks may be served, but never a mix of versions,
 //! because every block fetched for a version is fetched with `If-Match` on its e_tag.
 //!
+//! Objects under an immutable prefix (see `TierOptions::immutable_prefixes`) never change,
+//! so their entries do not expire.
+//!
 //! A read that learns metadata while a write to the same path is in progress must not
 //! install the older version after the write installed the newer one; each path hashes to
 //! an epoch stripe that writes bump, and a read installs its result only if the stripe did
@@ -26,6 +29,7 @@ const ENTRIES_MAX: usize = 1 << 18;
 #[derive(Debug)]
 pub(crate) struct MetaCache {
     ttl: Duration,
+    immutable_prefixes: Vec<String>,
     entries: Mutex<HashMap<String, (ObjectMeta, Instant)>>,
     epochs: [AtomicU64; STRIPES],
 }
@@ -38,9 +42,10 @@ pub(crate) struct Ticket {
 }
 
 impl MetaCache {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(ttl: Duration, immutable_prefixes: Vec<String>) -> Self {
         Self {
             ttl,
+            immutable_prefixes,
             entries: Mutex::new(HashMap::new()),
             epochs: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -55,7 +60,13 @@ impl MetaCache {
     pub fn get(&self, path: &str) -> Option<ObjectMeta> {
         let entries = self.entries.lock();
         let (meta, at) = entries.get(path)?;
-        (at.elapsed() < self.ttl).then(|| meta.clone())
+        (at.elapsed() < self.ttl || self.is_immutable(path)).then(|| meta.clone())
+    }
+
+    fn is_immutable(&self, path: &str) -> bool {
+        self.immutable_prefixes
+            .iter()
+            .any(|prefix| path.starts_with(prefix.as_str()))
     }
 
     pub fn ticket(&self, path: &str) -> Ticket {
@@ -68,7 +79,7 @@ impl MetaCache {
 
     /// Installs metadata a read learned, unless a write raced with the read.
     pub fn learn(&self, ticket: Ticket, meta: &ObjectMeta) {
-        if self.ttl.is_zero() {
+        if self.ttl.is_zero() && !self.is_immutable(meta.location.as_ref()) {
             return;
         }
         let mut entries = self.entries.lock();
@@ -82,7 +93,7 @@ impl MetaCache {
     pub fn wrote(&self, meta: ObjectMeta) {
         let mut entries = self.entries.lock();
         self.epochs[Self::stripe(meta.location.as_ref())].fetch_add(1, Ordering::AcqRel);
-        if !self.ttl.is_zero() {
+        if !self.ttl.is_zero() || self.is_immutable(meta.location.as_ref()) {
             Self::insert(&mut entries, meta);
         }
     }

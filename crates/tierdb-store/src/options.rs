@@ -132,6 +132,14 @@ pub struct TierOptions {
     /// How long object metadata (size, e_tag) learned from the capacity store is trusted for
     /// objects not written through this store. See docs/design/tiered-store.md.
     pub meta_ttl: Duration,
+    /// Path prefixes whose objects never change once written (SSTs, Parquet segments): their
+    /// metadata is trusted without expiry and kept in the device tier, so no read of them
+    /// waits for a metadata request after the first one, across restarts too. An object
+    /// under such a prefix may be deleted, but never overwritten with other bytes.
+    pub immutable_prefixes: Vec<String>,
+    /// Block sizes for objects under a prefix (longest prefix wins), instead of
+    /// `block_bytes`: large blocks for scanned column segments, small ones for point reads.
+    pub block_bytes_by_prefix: Vec<(String, u64)>,
 }
 
 impl Default for TierOptions {
@@ -150,6 +158,8 @@ impl Default for TierOptions {
             upload_concurrency: 8,
             upload_attempts_max: 5,
             meta_ttl: Duration::from_secs(10),
+            immutable_prefixes: Vec::new(),
+            block_bytes_by_prefix: Vec::new(),
         }
     }
 }
@@ -167,6 +177,16 @@ impl TierOptions {
         if options.block_bytes == 0 || options.block_bytes > 64 << 20 {
             return bad("block_bytes", "must be between 1 byte and 64 MiB");
         }
+        if options
+            .block_bytes_by_prefix
+            .iter()
+            .any(|(_, b)| *b == 0 || *b > 64 << 20)
+        {
+            return bad(
+                "block_bytes_by_prefix",
+                "a block size must be between 1 byte and 64 MiB",
+            );
+        }
         if options.cache_dir.is_none() && options.cache_bytes > 0 {
             return bad("cache_bytes", "a device tier needs --cache-dir");
         }
@@ -182,12 +202,37 @@ impl TierOptions {
                 "write-back needs a dirty-byte cap of at least 2 bytes",
             );
         }
-        if options.cache_bytes > 0 && options.cache_bytes < 4 * options.block_bytes.max(1 << 20) {
+        if options.cache_bytes > 0 && options.cache_bytes < 4 * options.largest_block().max(1 << 20)
+        {
             return bad(
                 "cache_bytes",
                 "the device tier needs at least 4 MiB (and 4 blocks)",
             );
         }
         Ok(())
+    }
+
+    /// The block size of objects at `path`.
+    pub fn block_bytes_of(&self, path: &str) -> u64 {
+        self.block_bytes_by_prefix
+            .iter()
+            .filter(|(prefix, _)| path.starts_with(prefix.as_str()))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map_or(self.block_bytes, |(_, b)| *b)
+    }
+
+    /// The largest block any object is cut into.
+    pub fn largest_block(&self) -> u64 {
+        self.block_bytes_by_prefix
+            .iter()
+            .map(|(_, b)| *b)
+            .fold(self.block_bytes, u64::max)
+    }
+
+    /// Whether the object at `path` never changes once written.
+    pub fn is_immutable(&self, path: &str) -> bool {
+        self.immutable_prefixes
+            .iter()
+            .any(|prefix| path.starts_with(prefix.as_str()))
     }
 }

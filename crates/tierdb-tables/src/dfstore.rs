@@ -29,6 +29,7 @@ use os14::path::Path as Path14;
 use parking_lot::RwLock;
 
 use crate::checksum::BlockSums;
+use crate::readahead::ReadAhead;
 
 /// What DataFusion read through the adapter.
 #[derive(Debug, Default)]
@@ -52,6 +53,7 @@ pub struct DfStore {
     counters: Arc<ReadCounters>,
     /// Block checksums of the segments a query may read, by path.
     checksums: Arc<RwLock<HashMap<String, Arc<BlockSums>>>>,
+    readahead: Arc<ReadAhead>,
 }
 
 impl DfStore {
@@ -60,6 +62,7 @@ impl DfStore {
             inner,
             counters: Arc::new(ReadCounters::default()),
             checksums: Arc::default(),
+            readahead: Arc::default(),
         }
     }
 
@@ -116,6 +119,27 @@ impl DfStore {
             out.push(blocks.slice(from..from + (want.end - want.start) as usize));
         }
         Ok(out)
+    }
+
+    /// Fetches ahead of a sequential scan of a segment (see [`crate::readahead`]), in the
+    /// background: the read of `ranges` does not wait for it.
+    fn read_ahead(&self, location: &Path14, file_bytes: u64, ranges: &[Range<u64>]) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, readahead) = (self.inner.clone(), self.readahead.clone());
+        let (location, ranges) = (location.clone(), ranges.to_vec());
+        runtime.spawn(async move {
+            let Some(layout) = readahead.layout(&inner, &location, file_bytes).await else {
+                return;
+            };
+            let ahead = readahead.plan(location.as_ref(), &layout, &ranges);
+            if !ahead.is_empty()
+                && let Err(e) = inner.get_ranges(&location, &ahead).await
+            {
+                tracing::debug!(segment = %location, error = %e, "read-ahead failed");
+            }
+        });
     }
 
     pub fn counters(&self) -> &Arc<ReadCounters> {
@@ -305,10 +329,11 @@ impl os13::ObjectStore for DfStore {
         location: &Path13,
         ranges: &[Range<u64>],
     ) -> os13::Result<Vec<Bytes>> {
-        let out = self
-            .read_verified(&path14(location), ranges)
-            .await
-            .map_err(err13)?;
+        let location = path14(location);
+        if let Ok(sums) = self.sums(&location) {
+            self.read_ahead(&location, sums.object_bytes, ranges);
+        }
+        let out = self.read_verified(&location, ranges).await.map_err(err13)?;
         self.count(
             ranges.len() as u64,
             out.iter().map(|b| b.len() as u64).sum(),

@@ -6,6 +6,7 @@
 //! - [`segment`]: segments are plain Parquet files with page indexes.
 //! - [`write`]: the shared write path: sort on ingest (spilling), cut, upload, commit.
 //! - [`provider`]: DataFusion's view: extent elimination before any file is opened.
+//! - [`readahead`]: fetching the next row groups of a sequential segment scan.
 //! - [`sql`]: the SQL engine (DataFusion), with CREATE/DROP TABLE on the catalog.
 //! - [`joinorder`]: a join-reordering rule for star joins.
 //! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files.
@@ -17,6 +18,7 @@ pub mod error;
 pub mod import;
 pub mod joinorder;
 pub mod provider;
+pub mod readahead;
 pub mod segment;
 pub mod sql;
 pub mod tables;

@@ -160,6 +160,19 @@ impl SqlEngine {
         self.schema.set_options(options);
     }
 
+    /// Makes this session read segment files straight from the local filesystem, where
+    /// `root` is the directory the database's store is rooted at, instead of through the
+    /// tiered store and the checksum check: the same plans with none of tierdb's store
+    /// layers, to measure what they cost. Only for a database in a local directory, and
+    /// only for measuring: nothing read this way is verified.
+    pub fn read_files_directly(&self, root: &std::path::Path) -> Result<()> {
+        let fs = object_store_df::local::LocalFileSystem::new_with_prefix(root)
+            .map_err(|e| TableError::Schema(format!("{}: {e}", root.display())))?;
+        let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
+        self.ctx.register_object_store(&url, Arc::new(fs));
+        Ok(())
+    }
+
     /// Splits `sql` into statements; a syntax error names the line and column.
     pub fn parse(&self, sql: &str) -> Result<Vec<DfStatement>> {
         Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?

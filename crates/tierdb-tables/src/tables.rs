@@ -82,9 +82,10 @@ impl Tables {
         &self.df_store
     }
 
-    /// Bytes the tiers have fetched from the capacity store (object storage) so far.
-    pub fn store_stats(&self) -> u64 {
-        self.tiered.stats().capacity.get_bytes
+    /// The tiered store's counters (what the tiers served, what they fetched from the
+    /// capacity store) so far.
+    pub fn store_stats(&self) -> tierdb_store::TierStats {
+        self.tiered.stats()
     }
 
     /// Why the KV engine under these tables can no longer be used, if it cannot (see

@@ -9,8 +9,10 @@
 //! request to the capacity store and every waiter gets its result. A DRAM hit is a hit in
 //! foyer's memory cache; a device hit is found by foyer on disk without calling the fetch.
 //!
-//! Either tier may be off: DRAM at 0 bytes writes blocks straight to the device
-//! (`WriteOnInsertion`), and a device at 0 bytes uses foyer's no-op storage engine.
+//! Blocks are written to the device as they are inserted (`WriteOnInsertion`), so the
+//! device tier holds what was read even after a crash and is warm for the next process
+//! (foyer recovers its index at open). Either tier may be off: a device at 0 bytes uses
+//! foyer's no-op storage engine.
 
 pub mod admission;
 
@@ -99,6 +101,10 @@ pub(crate) struct CacheCounters {
     pub miss_bytes: AtomicU64,
     pub bypassed: AtomicU64,
     pub dram_evictions: AtomicU64,
+    /// Device-tier lookups that failed (an unreadable or damaged cache file): the block was
+    /// fetched from the capacity store instead. Entries whose checksum fails are dropped by
+    /// foyer and count as misses.
+    pub device_errors: AtomicU64,
 }
 
 impl CacheCounters {
@@ -113,6 +119,14 @@ impl CacheCounters {
     }
 }
 
+/// The fetch error kept for the caller (a separate function, so no lock guard is held
+/// across an await).
+fn take_failure(
+    failure: &parking_lot::Mutex<Option<object_store::Error>>,
+) -> Option<object_store::Error> {
+    failure.lock().take()
+}
+
 struct EvictionCounter(Arc<CacheCounters>);
 
 impl EventListener for EvictionCounter {
@@ -124,6 +138,12 @@ impl EventListener for EvictionCounter {
         }
     }
 }
+
+/// The most bytes of write buffers (foyer's buffer pool, allocated at open) a device tier
+/// gets; a sixteenth of the device when that is less, at least 4 MiB. Inserts beyond four
+/// times the buffers, queued and not yet written, are dropped (the block is just not
+/// cached on the device).
+const DEVICE_BUFFER_BYTES: usize = 64 << 20;
 
 /// Settings of the read tiers.
 #[derive(Debug, Clone)]
@@ -168,11 +188,10 @@ impl BlockCache {
             return Ok(None);
         }
         let counters = Arc::new(CacheCounters::default());
-        let policy = if options.memory_bytes == 0 {
-            HybridCachePolicy::WriteOnInsertion
-        } else {
-            HybridCachePolicy::WriteOnEviction
-        };
+        // Blocks go to the device as they are inserted (not when DRAM evicts them): the
+        // device tier then holds what was read even after a SIGKILL, and a restarted process
+        // finds it warm. DRAM still serves the hot blocks.
+        let policy = HybridCachePolicy::WriteOnInsertion;
         let memory_bytes =
             usize::try_from(options.memory_bytes).map_err(|_| Error::InvalidOption {
                 option: "memory_bytes",
@@ -193,11 +212,21 @@ impl BlockCache {
                 let fs_device = open_device(dir, *bytes)?;
                 // A foyer block (a region of the device) holds many cache entries; entries
                 // must fit in one, and the device needs a handful of them.
-                let region = (bytes / 16).clamp(options.block_bytes * 4, 16 << 20);
+                let least = options.block_bytes * 4;
+                let region = (bytes / 16).clamp(least, least.max(16 << 20));
+                let buffer = ((bytes / 16) as usize)
+                    .clamp(4 << 20, DEVICE_BUFFER_BYTES)
+                    .max(2 * options.block_bytes as usize);
                 builder
                     .with_io_engine_config(PsyncIoEngineConfig::new())
                     .with_engine_config(
-                        BlockEngineConfig::new(fs_device).with_block_size(region as usize),
+                        BlockEngineConfig::new(fs_device)
+                            .with_block_size(region as usize)
+                            // A cold scan inserts blocks at the network's speed; foyer drops
+                            // inserts that find its write queue full, so give it room.
+                            .with_flushers(2)
+                            .with_buffer_pool_size(buffer)
+                            .with_submit_queue_size_threshold(4 * buffer),
                     )
             }
         };
@@ -213,31 +242,45 @@ impl BlockCache {
         }))
     }
 
-    /// Looks a block up without fetching it.
-    pub async fn get(&self, key: &BlockKey) -> Result<Option<(Bytes, Source)>> {
+    /// Looks a block up without fetching it. A device tier that cannot be read is a miss
+    /// (counted in `device_errors`): the cache holds clean copies only, so the block is
+    /// fetched again rather than the read failing.
+    pub async fn get(&self, key: &BlockKey) -> Option<(Bytes, Source)> {
         if let Some(entry) = self.hybrid.memory().get(key) {
-            return Ok(Some((entry.value().clone(), Source::Dram)));
+            return Some((entry.value().clone(), Source::Dram));
         }
         match self.hybrid.get(key).await {
-            Ok(Some(entry)) => Ok(Some((entry.value().clone(), Source::Device))),
-            Ok(None) => Ok(None),
-            Err(e) => Err(Error::Cache(e.to_string())),
+            Ok(Some(entry)) => Some((entry.value().clone(), Source::Device)),
+            Ok(None) => None,
+            Err(e) => {
+                self.device_failed(key, &e);
+                None
+            }
         }
     }
 
-    /// Returns the block, fetching it with `fetch` on a miss (one fetch for concurrent
-    /// misses) and inserting it.
-    pub async fn get_or_fetch<F>(
+    fn device_failed(&self, key: &BlockKey, e: &foyer::Error) {
+        self.counters.device_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(path = %key.path, block = key.block, error = %e,
+            "device tier unreadable for a cached block; fetching it from the capacity store");
+    }
+
+    /// Returns the block, fetching it with `fetch()` on a miss (one fetch for concurrent
+    /// misses) and inserting it. If the device tier fails to read the block, `fetch()` is
+    /// called again, outside the single flight, and its result returned uncached.
+    pub async fn get_or_fetch<F, Fut>(
         &self,
         key: &BlockKey,
         fetch: F,
     ) -> object_store::Result<(Bytes, Source)>
     where
-        F: Future<Output = object_store::Result<Bytes>> + Send + 'static,
+        F: Fn() -> Fut,
+        Fut: Future<Output = object_store::Result<Bytes>> + Send + 'static,
     {
         if let Some(entry) = self.hybrid.memory().get(key) {
             return Ok((entry.value().clone(), Source::Dram));
         }
+        let first = fetch();
         // foyer wraps fetch errors; keep the original so NotFound/Precondition survive.
         let failure: Arc<parking_lot::Mutex<Option<object_store::Error>>> = Arc::default();
         let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -246,7 +289,7 @@ impl BlockCache {
             .hybrid
             .get_or_fetch(key, move || async move {
                 ran_in.store(true, Ordering::Relaxed);
-                match fetch.await {
+                match first.await {
                     Ok(bytes) => Ok(bytes),
                     Err(e) => {
                         let msg = e.to_string();
@@ -265,18 +308,33 @@ impl BlockCache {
                 };
                 Ok((entry.value().clone(), source))
             }
-            Err(e) => Err(failure
-                .lock()
-                .take()
-                .unwrap_or_else(|| object_store::Error::Generic {
+            Err(e) => match take_failure(&failure) {
+                Some(failed) => Err(failed),
+                None if !ran.load(Ordering::Relaxed) => {
+                    // The device tier failed, not the fetch: fetch again, bypassing it.
+                    self.device_failed(key, &e);
+                    Ok((fetch().await?, Source::Capacity))
+                }
+                None => Err(object_store::Error::Generic {
                     store: crate::error::STORE_NAME,
                     source: Box::new(Error::Cache(e.to_string())),
-                })),
+                }),
+            },
         }
     }
 
     pub fn insert(&self, key: BlockKey, value: Bytes) {
         self.hybrid.insert(key, value);
+    }
+
+    /// Waits for the device tier's in-flight writes.
+    pub async fn wait_device_writes(&self) {
+        self.hybrid.storage().wait().await;
+    }
+
+    /// Drops the block from both tiers.
+    pub fn remove(&self, key: &BlockKey) {
+        self.hybrid.remove(key);
     }
 
     pub fn memory_usage_bytes(&self) -> u64 {

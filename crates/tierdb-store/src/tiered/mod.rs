@@ -138,12 +138,15 @@ impl TieredStore {
             memory_bytes: options.memory_bytes,
             device_dir: cache_dir.as_ref().map(CacheDir::blocks_dir),
             device_bytes: options.cache_bytes,
-            block_bytes: options.block_bytes,
+            block_bytes: options.largest_block(),
             eviction: options.eviction,
         })
         .await?
         .map(Arc::new);
-        let meta = Arc::new(MetaCache::new(options.meta_ttl));
+        let meta = Arc::new(MetaCache::new(
+            options.meta_ttl,
+            options.immutable_prefixes.clone(),
+        ));
         let log = match &cache_dir {
             Some(dir) => Some(WbLog::open(
                 &dir.wblog_dir(),
@@ -257,6 +260,14 @@ impl TieredStore {
         }
     }
 
+    /// Waits until the blocks handed to the device tier so far are written there (with a
+    /// DRAM tier, blocks reach the device when DRAM evicts them or at close).
+    pub async fn wait_device_writes(&self) {
+        if let Some(cache) = &self.inner.cache {
+            cache.wait_device_writes().await;
+        }
+    }
+
     /// Flushes, stops the cleaner and writes DRAM blocks to the device tier. Unflushed data
     /// stays in the log if the flush fails, and is uploaded at the next open.
     pub async fn close(&self) -> Result<()> {
@@ -343,16 +354,21 @@ fn on_uploaded(
     cache: Option<Arc<BlockCache>>,
     options: &TierOptions,
 ) -> wblog::OnUploaded {
-    let block_bytes = options.block_bytes;
-    let cutoff = options.sequential_cutoff_bytes;
+    let options = options.clone();
     Arc::new(move |up: wblog::cleaner::Uploaded| match up.put {
-        None => meta.forget(up.path.as_ref()),
+        None => {
+            meta.forget(up.path.as_ref());
+            if let Some(cache) = &cache {
+                forget_immutable(cache, &options, &up.path);
+            }
+        }
         Some((result, payload)) => {
             let object = written_meta(&up.path, payload.len() as u64, &result);
             if let (Some(cache), Some(version)) = (&cache, &result.e_tag)
-                && payload.len() as u64 <= cutoff
+                && payload.len() as u64 <= options.sequential_cutoff_bytes
             {
-                insert_blocks(cache, &up.path, version, &payload, block_bytes);
+                let b = options.block_bytes_of(up.path.as_ref());
+                insert_blocks(cache, &up.path, version, &payload, b);
             }
             meta.wrote(object);
         }
@@ -404,7 +420,7 @@ impl Inner {
             Ok(result) => result,
             Err(e) => {
                 // A failed put may or may not have landed; relearn the object next time.
-                self.meta.forget(location.as_ref());
+                self.forget(location);
                 return Err(e);
             }
         };
@@ -421,7 +437,8 @@ impl Inner {
                         .collect::<Vec<u8>>(),
                 )
             };
-            insert_blocks(cache, location, version, &data, self.options.block_bytes);
+            let b = self.options.block_bytes_of(location.as_ref());
+            insert_blocks(cache, location, version, &data, b);
         }
         self.meta.wrote(written_meta(location, len, &result));
         Ok(result)
@@ -430,13 +447,13 @@ impl Inner {
     async fn delete_one(&self, location: &Path) -> object_store::Result<()> {
         if let (WriteMode::WriteBack, Some(log)) = (self.options.write_mode, &self.log) {
             log.delete(location).await?;
-            self.meta.forget(location.as_ref());
+            self.forget(location);
             return Ok(());
         }
         self.barrier_if_needed().await?;
         bump(&self.counters.deletes, 1);
         let result = self.capacity.delete(location).await;
-        self.meta.forget(location.as_ref());
+        self.forget(location);
         result
     }
 }
@@ -458,7 +475,7 @@ impl ObjectStore for TieredStore {
         {
             match log.put(location, payload.iter().cloned().collect()).await {
                 Ok(()) => {
-                    i.meta.forget(location.as_ref());
+                    i.forget(location);
                     return Ok(PutResult {
                         e_tag: None,
                         version: None,
@@ -511,7 +528,7 @@ impl ObjectStore for TieredStore {
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
         self.inner.barrier_if_needed().await?;
-        self.inner.meta.forget(location.as_ref());
+        self.inner.forget(location);
         let upload = self
             .inner
             .capacity
@@ -552,15 +569,64 @@ impl ObjectStore for TieredStore {
         };
         match i.get_cached(cache, location, &options).await {
             Err(object_store::Error::Precondition { .. }) => {
-                i.meta.forget(location.as_ref());
+                i.forget(location);
                 i.get_cached(cache, location, &options).await
             }
             Err(e @ object_store::Error::NotFound { .. }) => {
-                i.meta.forget(location.as_ref());
+                i.forget(location);
                 Err(e)
             }
             other => other,
         }
+    }
+
+    /// All `ranges` in one pass through the tiers: one metadata lookup, one probe, and the
+    /// missing blocks of every range fetched together (adjacent and nearby ranges in one
+    /// GET); see [`Inner::read_ranges`].
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        let i = &self.inner;
+        let pending = i.log.as_ref().is_some_and(|l| l.lookup(location).is_some());
+        let cache = match &i.cache {
+            Some(cache) if !pending => cache,
+            _ => {
+                return stream::iter(ranges.iter().cloned())
+                    .map(|r| self.get_range(location, r))
+                    .buffered(READ_FANOUT)
+                    .try_collect()
+                    .await;
+            }
+        };
+        let read = async {
+            let meta = i.head_capacity(location).await?;
+            if let Some(r) = ranges.iter().find(|r| r.end > meta.size || r.start > r.end) {
+                return Err(object_store::Error::Generic {
+                    store: STORE_NAME,
+                    source: format!(
+                        "range {r:?} is outside the {}-byte object {location}",
+                        meta.size
+                    )
+                    .into(),
+                });
+            }
+            i.read_ranges(cache, location, &meta, ranges).await
+        };
+        let parts = match read.await {
+            Err(object_store::Error::Precondition { .. }) => {
+                i.forget(location);
+                let meta = i.head_capacity(location).await?;
+                i.read_ranges(cache, location, &meta, ranges).await
+            }
+            Err(e @ object_store::Error::NotFound { .. }) => {
+                i.forget(location);
+                Err(e)
+            }
+            other => other,
+        }?;
+        Ok(parts.into_iter().map(concat).collect())
     }
 
     fn delete_stream(
@@ -641,7 +707,7 @@ impl ObjectStore for TieredStore {
         let i = &self.inner;
         i.barrier_if_needed().await?;
         let result = i.capacity.copy_opts(from, to, options).await;
-        i.meta.forget(to.as_ref());
+        i.forget(to);
         result
     }
 
@@ -654,9 +720,24 @@ impl ObjectStore for TieredStore {
         let i = &self.inner;
         i.barrier_if_needed().await?;
         let result = i.capacity.rename_opts(from, to, options).await;
-        i.meta.forget(from.as_ref());
-        i.meta.forget(to.as_ref());
+        i.forget(from);
+        i.forget(to);
         result
+    }
+}
+
+/// One buffer of `parts` (no copy when there is one part).
+fn concat(parts: Vec<Bytes>) -> Bytes {
+    match parts.len() {
+        0 => Bytes::new(),
+        1 => parts.into_iter().next().unwrap_or_default(),
+        _ => {
+            let mut out = Vec::with_capacity(parts.iter().map(Bytes::len).sum());
+            for p in &parts {
+                out.extend_from_slice(p);
+            }
+            Bytes::from(out)
+        }
     }
 }
 
