@@ -20,6 +20,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::args::TierArgs;
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use crate::error::{EXIT_STATUSES, exit_code};
 
 #[derive(Parser, Debug)]

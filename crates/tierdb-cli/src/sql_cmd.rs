@@ -33,6 +33,9 @@ pub struct EngineArgs {
     /// Keep DataFusion's FROM-clause join order (no statistics-based reordering).
     #[arg(long)]
     pub no_join_reorder: bool,
+    /// DRAM for parsed Parquet footers and page indexes, kept across queries.
+    #[arg(long, default_value = "256MiB")]
+    pub metadata_cache: ByteSize,
 }
 
 impl EngineArgs {
@@ -41,6 +44,7 @@ impl EngineArgs {
             memory_limit: self.memory.as_u64() as usize,
             spill_dir: self.spill_dir.clone(),
             join_reorder: !self.no_join_reorder,
+            metadata_cache_bytes: self.metadata_cache.as_u64() as usize,
             ..EngineOptions::default()
         };
         if let Some(t) = self.threads {

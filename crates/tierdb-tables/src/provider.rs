@@ -17,6 +17,7 @@ use datafusion::common::stats::Precision;
 use datafusion::common::{Column, DFSchema, ScalarValue, Statistics};
 use datafusion::datasource::TableProvider;
 use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::source::DataSourceExec;
@@ -284,7 +285,15 @@ impl TableProvider for TierTable {
                 g.1.push(file);
             }
         }
+        // Footers and page indexes are parsed once per process and kept in the session's
+        // file metadata cache (`EngineOptions::metadata_cache_bytes`), not re-read per query.
+        let runtime = state.runtime_env();
+        let reader_factory = CachedParquetFileReaderFactory::new(
+            runtime.object_store(store_url())?,
+            runtime.cache_manager.get_file_metadata_cache(),
+        );
         let mut source = ParquetSource::new(self.schema.clone())
+            .with_parquet_file_reader_factory(Arc::new(reader_factory))
             .with_enable_page_index(true)
             .with_pushdown_filters(true)
             .with_reorder_filters(true)

@@ -9,6 +9,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
 use datafusion::datasource::provider_as_source;
+use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -42,6 +43,8 @@ pub struct EngineOptions {
     pub spill_dir: Option<PathBuf>,
     /// Reorder inner joins by catalog statistics (see `joinorder.rs`).
     pub join_reorder: bool,
+    /// DRAM for parsed Parquet footers and page indexes, kept across queries.
+    pub metadata_cache_bytes: usize,
 }
 
 impl Default for EngineOptions {
@@ -51,6 +54,7 @@ impl Default for EngineOptions {
             memory_limit: 2 << 30,
             spill_dir: None,
             join_reorder: true,
+            metadata_cache_bytes: 256 << 20,
         }
     }
 }
@@ -111,6 +115,10 @@ impl SqlEngine {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::new(FairSpillPool::new(options.memory_limit)))
             .with_disk_manager_builder(disk)
+            .with_cache_manager(
+                CacheManagerConfig::default()
+                    .with_metadata_cache_limit(options.metadata_cache_bytes),
+            )
             .build_arc()?;
         let mut state = datafusion::execution::SessionStateBuilder::new()
             .with_config(config)

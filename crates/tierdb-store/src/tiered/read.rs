@@ -292,11 +292,10 @@ impl Inner {
         if immutable
             && let Some(cache) = &self.cache
             && let Some((bytes, _)) = cache.get(&meta_key(location)).await
+            && let Some(meta) = decode_meta(location, &bytes)
         {
-            if let Some(meta) = decode_meta(location, &bytes) {
-                self.meta.learn(ticket, &meta);
-                return Ok(meta);
-            }
+            self.meta.learn(ticket, &meta);
+            return Ok(meta);
         }
         bump(&self.counters.heads, 1);
         let meta = self.capacity.head(location).await?;
@@ -409,7 +408,7 @@ impl Inner {
             stream::iter(fetch_runs(&plan, &chunks, max_blocks))
                 .map(|run| {
                     let first = index[run.start];
-                    let fut = async move {
+                    async move {
                         let got = if admit {
                             self.fetch_run(cache, location, meta, &keys[run.clone()], first, b)
                                 .await?
@@ -422,8 +421,7 @@ impl Inner {
                             pad_blocks(split_blocks(&bytes, b), run.len())
                         };
                         Ok::<_, object_store::Error>((run.start, got))
-                    };
-                    fut
+                    }
                 })
                 .buffer_unordered(READ_FANOUT)
                 .try_collect()
