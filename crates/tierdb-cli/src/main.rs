@@ -12,6 +12,7 @@ mod serve;
 mod sql_cmd;
 mod stats;
 mod store_cmd;
+mod warm_cmd;
 mod zodb_cmd;
 
 use std::process::ExitCode;
@@ -80,6 +81,9 @@ enum Command {
         #[command(flatten)]
         tiers: TierArgs,
     },
+    /// Load a database's objects (or the named tables' segments) into the DRAM and device
+    /// tiers at full bandwidth, so a started or restarted process reads from the device.
+    Warm(warm_cmd::WarmArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench_cmd::BenchCommand),
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run_serve(args).await,
             Command::Info { db, format, tiers } => kv_cmd::run_info(db, format, tiers).await,
             Command::Clone { src, dst, tiers } => kv_cmd::run_clone(src, dst, tiers).await,
+            Command::Warm(args) => warm_cmd::run_warm(args).await,
             Command::Bench(cmd) => bench_cmd::run_bench(cmd).await,
             #[cfg(feature = "debug-commands")]
             Command::Debug(cmd) => debug_cmd::run_debug(cmd).await,

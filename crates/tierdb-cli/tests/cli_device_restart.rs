@@ -199,3 +199,55 @@ fn damaged_device_files_are_detected_and_the_blocks_fetched_again() {
         );
     }
 }
+
+#[test]
+fn tierdb_warm_fills_the_device_tier_for_the_next_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let db = tmp.path().join("db");
+    let cache = tmp.path().join("cache");
+    let (data_s, db_s, cache_s) = (
+        data.to_str().unwrap(),
+        db.to_str().unwrap(),
+        cache.to_str().unwrap(),
+    );
+    tierdb(&["ssb", "generate", "--sf", "0.01", data_s]);
+    tierdb(&["ssb", "load", db_s, data_s, "--create"]);
+    let warm = |tables: &[&str]| {
+        let mut args = vec!["warm", db_s];
+        args.extend_from_slice(tables);
+        args.extend_from_slice(&["--cache-dir", cache_s, "--cache-bytes", "256MiB"]);
+        String::from_utf8(tierdb(&args).stdout).unwrap()
+    };
+    let first = warm(&["lineorder"]);
+    assert!(first.starts_with("warmed 1 object,"), "{first}");
+    assert!(!first.contains(": 0 B from the capacity store"), "{first}");
+    // A new process finds it all on the device.
+    let second = warm(&["lineorder"]);
+    assert!(second.contains(": 0 B from the capacity store"), "{second}");
+    // The whole database: every object.
+    let all = warm(&[]);
+    assert!(all.starts_with("warmed "), "{all}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_tierdb"))
+        .args(["warm", db_s])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "no device tier: a usage error");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cache-dir"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tierdb"))
+        .args([
+            "warm",
+            db_s,
+            "nosuch",
+            "--cache-dir",
+            cache_s,
+            "--cache-bytes",
+            "256MiB",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch"));
+}

@@ -66,6 +66,9 @@ const STATS_SAVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 /// Capacity-store requests (or tier lookups) of one read that run at once.
 const READ_FANOUT: usize = 8;
 
+/// Bytes [`TieredStore::warm`] reads before it waits for the device tier to catch up.
+const WARM_BATCH_BYTES: u64 = 128 << 20;
+
 /// The largest ranged GET a read makes when it fetches a run of adjacent missing blocks in
 /// one request (a column chunk of a few MiB is one or two requests, not one per block).
 const COALESCE_MAX_BYTES: u64 = 4 << 20;
@@ -260,8 +263,51 @@ impl TieredStore {
         }
     }
 
-    /// Waits until the blocks handed to the device tier so far are written there (with a
-    /// DRAM tier, blocks reach the device when DRAM evicts them or at close).
+    /// Reads `objects` (path and size) whole through the tiers, so their blocks are in the
+    /// DRAM and device tiers for the next reader (and the next process): pieces of
+    /// [`COALESCE_MAX_BYTES`], [`READ_FANOUT`] at once, and after every [`WARM_BATCH_BYTES`]
+    /// a wait until the device tier has written what it was given (it drops inserts that
+    /// find its write queue full). `progress` gets the bytes of every piece read. Returns the
+    /// bytes read. Blocks enter the tiers under the admission policy like any read.
+    pub async fn warm(
+        &self,
+        objects: &[(Path, u64)],
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> object_store::Result<u64> {
+        let pieces: Vec<(Path, Range<u64>)> = objects
+            .iter()
+            .flat_map(|(path, size)| {
+                (0..*size)
+                    .step_by(COALESCE_MAX_BYTES as usize)
+                    .map(move |at| (path.clone(), at..(at + COALESCE_MAX_BYTES).min(*size)))
+            })
+            .collect();
+        let mut total = 0;
+        let mut batch = Vec::new();
+        let mut batch_bytes = 0;
+        let mut pieces = pieces.into_iter().peekable();
+        while let Some(piece) = pieces.next() {
+            batch_bytes += piece.1.end - piece.1.start;
+            batch.push(piece);
+            if batch_bytes < WARM_BATCH_BYTES && pieces.peek().is_some() {
+                continue;
+            }
+            total += stream::iter(std::mem::take(&mut batch))
+                .map(|(path, range)| async move {
+                    let n = self.get_range(&path, range).await?.len() as u64;
+                    progress(n);
+                    Ok::<_, object_store::Error>(n)
+                })
+                .buffer_unordered(READ_FANOUT)
+                .try_fold(0, |sum, n| async move { Ok(sum + n) })
+                .await?;
+            batch_bytes = 0;
+            self.wait_device_writes().await;
+        }
+        Ok(total)
+    }
+
+    /// Waits until the blocks handed to the device tier so far are written there.
     pub async fn wait_device_writes(&self) {
         if let Some(cache) = &self.inner.cache {
             cache.wait_device_writes().await;
