@@ -21,9 +21,7 @@ RUNS=${RUNS:-3}
 SECTIONS=${SECTIONS:-compare readpath}
 mkdir -p "$OUT"
 # The comparison scripts need DuckDB and matplotlib, not the tierdb Python package.
-VENV=${TIERDB_VENV:-$HOME/.cache/tierdb/venv}
-if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
-PY=$VENV/bin/python
+PY=$(scripts/python-env.sh --deps-only | tail -1)
 "$PY" -m pip install -q --disable-pip-version-check duckdb matplotlib
 cargo build --release -q -p tierdb-cli
 BIN=$CARGO_TARGET_DIR/release/tierdb

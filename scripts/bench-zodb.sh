@@ -15,7 +15,7 @@ OBJECTS=${OBJECTS:-20000}
 TXNS=${TXNS:-200}
 SIZE=${SIZE:-1GiB}
 mkdir -p "$OUT"
-PY=$(scripts/python-env.sh | tail -1)
+PY=$(scripts/python-env.sh --deps-only | tail -1)
 "$PY" -m pip install -q --disable-pip-version-check relstorage matplotlib
 (cd python && VIRTUAL_ENV="$(dirname "$(dirname "$PY")")" PATH="$(dirname "$PY"):$PATH" maturin develop -q --release)
 cargo build --release -q -p tierdb-cli

@@ -91,6 +91,9 @@ struct Inner {
     /// Directories whose `PutMode::Create` puts go through the write-back log
     /// (see [`TieredStore::log_creates_in`]).
     logged_create_dirs: parking_lot::RwLock<Vec<String>>,
+    /// Set by close and abandon: the periodic statistics save stops (a clone may outlive
+    /// the close, e.g. in a read-ahead task, and the directory may be gone).
+    closed: std::sync::atomic::AtomicBool,
     _cache_dir: Option<CacheDir>,
 }
 
@@ -176,6 +179,7 @@ impl TieredStore {
                 log,
                 counters: CapacityCounters::default(),
                 logged_create_dirs: parking_lot::RwLock::new(Vec::new()),
+                closed: std::sync::atomic::AtomicBool::new(false),
                 _cache_dir: cache_dir,
             }),
         };
@@ -188,6 +192,9 @@ impl TieredStore {
                 loop {
                     tick.tick().await;
                     let Some(inner) = weak.upgrade() else { break };
+                    if inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+                        break;
+                    }
                     TieredStore { inner }.save_stats();
                 }
             });
@@ -317,6 +324,9 @@ impl TieredStore {
     /// Flushes, stops the cleaner and writes DRAM blocks to the device tier. Unflushed data
     /// stays in the log if the flush fails, and is uploaded at the next open.
     pub async fn close(&self) -> Result<()> {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
         let flushed = match &self.inner.log {
             Some(log) => log.close().await,
             None => Ok(()),
@@ -340,6 +350,9 @@ impl TieredStore {
     /// object-store outage): the write-back log keeps every acknowledged write for the next
     /// open, which may then take the cache directory.
     pub async fn abandon(&self) {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Some(log) = &self.inner.log {
             log.abandon().await;
         }
