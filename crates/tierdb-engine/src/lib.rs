@@ -109,12 +109,15 @@ impl OpenOptions {
 pub const SEGMENT_BLOCK_BYTES: u64 = 1 << 20;
 
 /// The store options for the database at `path`: what the engines write there that never
-/// changes once written (SSTs, WAL SSTs, Parquet segments: immutable, so their metadata is
-/// kept without expiry and across restarts), and the block size of table segments.
+/// changes once written (compacted SSTs, named by ULID, and Parquet segments, named by
+/// UUID: immutable, so their metadata is kept without expiry and across restarts), and the
+/// block size of table segments. WAL SSTs are not declared: their names are sequence
+/// numbers that start again at 1 when a database is dropped and created again at the same
+/// path, so a name can come back with other bytes.
 fn store_options_for(path: &str, options: &OpenOptions) -> StoreOptions {
     let mut store = options.store.clone();
     let tiers = &mut store.tiers;
-    for dir in ["compacted", "wal", "tables"] {
+    for dir in ["compacted", "tables"] {
         tiers.immutable_prefixes.push(format!("{path}/{dir}/"));
     }
     // Unless the caller chose block sizes itself.
