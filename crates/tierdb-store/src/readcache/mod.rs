@@ -188,10 +188,15 @@ impl BlockCache {
             return Ok(None);
         }
         let counters = Arc::new(CacheCounters::default());
-        // Blocks go to the device as they are inserted (not when DRAM evicts them): the
-        // device tier then holds what was read even after a SIGKILL, and a restarted process
-        // finds it warm. DRAM still serves the hot blocks.
-        let policy = HybridCachePolicy::WriteOnInsertion;
+        // With a device tier, blocks go to the device as they are inserted (not when DRAM
+        // evicts them): it then holds what was read even after a SIGKILL, and a restarted
+        // process finds it warm. DRAM still serves the hot blocks. Without one, inserts
+        // skip foyer's storage queue entirely.
+        let policy = if device.is_some() {
+            HybridCachePolicy::WriteOnInsertion
+        } else {
+            HybridCachePolicy::WriteOnEviction
+        };
         let memory_bytes =
             usize::try_from(options.memory_bytes).map_err(|_| Error::InvalidOption {
                 option: "memory_bytes",
