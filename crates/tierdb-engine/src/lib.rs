@@ -71,6 +71,10 @@ pub struct OpenOptions {
     /// it reads, refreshed as it follows, so the writer's garbage collector cannot delete
     /// files under it. Without it a follower writes nothing at all: right for a short read.
     pub pin_checkpoint: bool,
+    /// The tiers' block size for the database's table segments (`<db>/tables/`), when the
+    /// caller set no block sizes itself: 1 MiB for the Tables workload, none (the default
+    /// block size) otherwise.
+    pub segment_block_bytes: Option<u64>,
 }
 
 impl OpenOptions {
@@ -81,25 +85,31 @@ impl OpenOptions {
     /// | SST compression | zstd | lz4 (records are zstd-compressed already) | zstd |
     /// | SlateDB block cache | off (the DRAM tier holds blocks) | 32 MiB (a load is two gets: keep decoded blocks) | off |
     /// | sequential cutoff | 1 MiB (a compaction's reads do not flush the cache) | 1 MiB | none (segment scans are the hot data) |
+    /// | block size of table segments | default (64 KiB) | default | 1 MiB (`SEGMENT_BLOCK_BYTES`) |
     ///
     /// Everything else is [`TierOptions::default`] and [`KvOptions::default`].
     pub fn new(workload: Workload, role: Role) -> Self {
         let mut store = StoreOptions::default();
         store.tiers.memory_bytes = default_memory_bytes();
         let mut kv = KvOptions::default();
+        let mut segment_block_bytes = None;
         match workload {
             Workload::Kv => {}
             Workload::Objects => {
                 kv.compression = Compression::Lz4;
                 kv.block_cache_bytes = 32 << 20;
             }
-            Workload::Tables => store.tiers.sequential_cutoff_bytes = u64::MAX,
+            Workload::Tables => {
+                store.tiers.sequential_cutoff_bytes = u64::MAX;
+                segment_block_bytes = Some(SEGMENT_BLOCK_BYTES);
+            }
         }
         OpenOptions {
             role,
             store,
             kv,
             pin_checkpoint: false,
+            segment_block_bytes,
         }
     }
 }
@@ -121,10 +131,12 @@ fn store_options_for(path: &str, options: &OpenOptions) -> StoreOptions {
         tiers.immutable_prefixes.push(format!("{path}/{dir}/"));
     }
     // Unless the caller chose block sizes itself.
-    if tiers.block_bytes_by_prefix.is_empty() {
+    if let Some(b) = options.segment_block_bytes
+        && tiers.block_bytes_by_prefix.is_empty()
+    {
         tiers
             .block_bytes_by_prefix
-            .push((format!("{path}/tables/"), SEGMENT_BLOCK_BYTES));
+            .push((format!("{path}/tables/"), b));
     }
     store
 }

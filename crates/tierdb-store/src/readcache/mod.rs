@@ -140,7 +140,7 @@ impl EventListener for EvictionCounter {
 }
 
 /// The most bytes of write buffers (foyer's buffer pool, allocated at open) a device tier
-/// gets; a sixteenth of the device when that is less, at least 4 MiB. Inserts beyond four
+/// gets: a sixteenth of the device, at least foyer's default of 16 MiB. Inserts beyond four
 /// times the buffers, queued and not yet written, are dropped (the block is just not
 /// cached on the device).
 const DEVICE_BUFFER_BYTES: usize = 64 << 20;
@@ -215,13 +215,12 @@ impl BlockCache {
             None => builder,
             Some((dir, bytes)) => {
                 let fs_device = open_device(dir, *bytes)?;
-                // A foyer block (a region of the device) holds many cache entries; entries
-                // must fit in one, and the device needs a handful of them.
-                let least = options.block_bytes * 4;
+                // A foyer block (a region of the device) holds many cache entries. An entry (a block, its key and header) must fit in one; foyer wants many
+                // of them (its flusher and reclaimer each hold one), so small devices get
+                // regions just larger than a block.
+                let least = (options.block_bytes + (64 << 10)).next_multiple_of(4096);
                 let region = (bytes / 16).clamp(least, least.max(16 << 20));
-                let buffer = ((bytes / 16) as usize)
-                    .clamp(4 << 20, DEVICE_BUFFER_BYTES)
-                    .max(2 * options.block_bytes as usize);
+                let buffer = ((bytes / 16) as usize).clamp(16 << 20, DEVICE_BUFFER_BYTES);
                 builder
                     .with_io_engine_config(PsyncIoEngineConfig::new())
                     .with_engine_config(
@@ -229,7 +228,6 @@ impl BlockCache {
                             .with_block_size(region as usize)
                             // A cold scan inserts blocks at the network's speed; foyer drops
                             // inserts that find its write queue full, so give it room.
-                            .with_flushers(2)
                             .with_buffer_pool_size(buffer)
                             .with_submit_queue_size_threshold(4 * buffer),
                     )
