@@ -120,6 +120,28 @@ def tierdb_load(tierdb, db, data, threads, unsorted=False):
     return int(m.group(1)), float(m.group(2))
 
 
+def bar_plot(names, series, title, path):
+    """Seconds per query as grouped bars, one group per query and one bar per series
+    ({label: [seconds per name]}), written to `path` (skipped without matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)")
+        return
+    fig, ax = plt.subplots(figsize=(12, 5))
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar([x + i * width for x in range(len(names))], values, width, label=label)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(names))], names)
+    ax.set_ylabel("seconds")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tierdb", required=True)
@@ -233,26 +255,11 @@ def main():
     line += f" {sums['bytes_read']:12d} {sums['bytes_read_no_ee']:14d}"
     print(line)
     if not a.check_only:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-            names = [n for n, _ in qs]
-            series = [c for c in ["duckdb_warm", "tierdb_warm_sorted", "tierdb_warm_unsorted",
-                                  "duckdb_cold", "tierdb_cold_minio"] if c in cols]
-            fig, ax = plt.subplots(figsize=(12, 5))
-            width = 0.8 / len(series)
-            for i, s in enumerate(series):
-                ax.bar([x + i * width for x in range(len(names))], [results[n][s] for n in names],
-                       width, label=s.replace("_", " "))
-            ax.set_xticks([x + 0.4 - width / 2 for x in range(len(names))], names)
-            ax.set_ylabel("seconds")
-            ax.set_title(f"SSB SF {a.sf}, {a.threads} threads: tierdb vs DuckDB")
-            ax.legend()
-            fig.tight_layout()
-            fig.savefig(Path(a.out) / "ssb.png", dpi=110)
-        except ImportError:
-            print("(matplotlib not installed: no plot)")
+        names = [n for n, _ in qs]
+        series = [c for c in ["duckdb_warm", "tierdb_warm_sorted", "tierdb_warm_unsorted",
+                              "duckdb_cold", "tierdb_cold_minio"] if c in cols]
+        bar_plot(names, {s.replace("_", " "): [results[n][s] for n in names] for s in series},
+                 f"SSB SF {a.sf}, {a.threads} threads: tierdb vs DuckDB", Path(a.out) / "ssb.png")
 
 
 if __name__ == "__main__":

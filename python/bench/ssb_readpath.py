@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ssb_compare import norm, queries, run, tierdb_bench  # noqa: E402
+from ssb_compare import bar_plot, norm, queries, run, tierdb_bench  # noqa: E402
 
 
 def du(path):
@@ -200,22 +200,9 @@ def main():
                "cold_gets": cold_gets, "cold_heads": cold_heads, "raw_mib_per_s": raw_mibs,
                "duckdb": duck["duckdb"]},
               open(Path(a.out) / "ssb-readpath.json", "w"), indent=1)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(12, 5))
-        width = 0.8 / len(order)
-        for i, k in enumerate(order):
-            ax.bar([x + i * width for x in range(len(names))], [sec[k][n] for n in names], width, label=k)
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(names))], names)
-        ax.set_ylabel("seconds")
-        ax.set_title(f"SSB SF {a.sf}, {a.threads} threads: the read path (MinIO raw {raw_mibs:.0f} MiB/s)")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(Path(a.out) / "ssb-readpath.png", dpi=110)
-    except ImportError:
-        print("(matplotlib not installed: no plot)")
+    bar_plot(names, {k: [sec[k][n] for n in names] for k in order},
+             f"SSB SF {a.sf}, {a.threads} threads: the read path (MinIO raw {raw_mibs:.0f} MiB/s)",
+             Path(a.out) / "ssb-readpath.png")
 
 
 if __name__ == "__main__":
