@@ -7,6 +7,7 @@
 //! | `Tn` + table name                | [`FORMAT_VERSION`], then [`TableDef`] (JSON) |
 //! | `Ts` + table id (u64 BE) + segment id (u64 BE) | [`FORMAT_VERSION`], then [`SegmentMeta`] (JSON): the extent map |
 //! | `Tc`                             | [`FORMAT_VERSION`], then the next id (u64 BE) for tables and segments |
+//! | `Tr` + segment path              | [`FORMAT_VERSION`], then [`Retired`] (JSON): a file no table references any more, kept for readers until VACUUM |
 //!
 //! Every value starts with the format version byte; a value of another version is refused
 //! as damaged data naming both versions, never guessed at.
@@ -27,6 +28,7 @@ use crate::error::{Result, TableError};
 const TABLE_PREFIX: &[u8] = b"Tn";
 const SEGMENT_PREFIX: &[u8] = b"Ts";
 const COUNTER_KEY: &[u8] = b"Tc";
+const RETIRED_PREFIX: &[u8] = b"Tr";
 
 /// The column types tierdb stores. Each maps to one Arrow type and one Parquet physical type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -321,6 +323,40 @@ pub async fn segments(kv: &dyn KvRead, table: u64) -> Result<Vec<SegmentMeta>> {
         .collect()
 }
 
+pub async fn get_segment(kv: &dyn KvRead, table: u64, segment: u64) -> Result<Option<SegmentMeta>> {
+    let key = segment_key(table, segment);
+    match kv.get(&key).await? {
+        Some(v) => Ok(Some(decode(&key, &v)?)),
+        None => Ok(None),
+    }
+}
+
+/// A segment file that left the catalog (replaced by UPDATE, DELETE or INSERT OVERWRITE,
+/// or its table dropped): readers that planned before may still read it, so it is deleted
+/// by VACUUM once its retention has passed, not at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retired {
+    pub path: String,
+    pub bytes: u64,
+    /// When the commit that removed it was made (ms since the epoch).
+    pub retired_ms: u64,
+}
+
+fn retired_key(path: &str) -> Bytes {
+    let mut k = BytesMut::with_capacity(RETIRED_PREFIX.len() + path.len());
+    k.put_slice(RETIRED_PREFIX);
+    k.put_slice(path.as_bytes());
+    k.freeze()
+}
+
+pub async fn list_retired(kv: &dyn KvRead) -> Result<Vec<Retired>> {
+    kv.scan_prefix(RETIRED_PREFIX, None)
+        .await?
+        .iter()
+        .map(|(k, v)| decode(k, v))
+        .collect()
+}
+
 /// The next free id (tables and segments share one counter).
 pub async fn next_id(kv: &dyn KvRead) -> Result<u64> {
     match kv.get(COUNTER_KEY).await? {
@@ -357,6 +393,19 @@ impl CatalogBatch {
 
     pub fn delete_segment(&mut self, table: u64, segment: u64) {
         self.batch.delete(segment_key(table, segment));
+    }
+
+    pub fn retire(&mut self, seg: &SegmentMeta, now_ms: u64) {
+        let r = Retired {
+            path: seg.path.clone(),
+            bytes: seg.bytes,
+            retired_ms: now_ms,
+        };
+        self.batch.put(retired_key(&seg.path), encode(&r));
+    }
+
+    pub fn forget_retired(&mut self, path: &str) {
+        self.batch.delete(retired_key(path));
     }
 
     pub fn set_next_id(&mut self, next: u64) {

@@ -47,6 +47,14 @@ pub enum TableError {
 
     #[error("{0}")]
     Io(#[from] std::io::Error),
+
+    /// A transaction lost a race with another commit; nothing of it was committed.
+    #[error("could not serialize access: {0}")]
+    Conflict(String),
+
+    /// A statement that the transaction state does not allow (SQLSTATE `code`).
+    #[error("{message}")]
+    Transaction { code: &'static str, message: String },
 }
 
 pub type Result<T, E = TableError> = std::result::Result<T, E>;
@@ -69,6 +77,8 @@ impl TableError {
             TableError::Arrow(e) => arrow_kind(e),
             TableError::Parquet(_) => ErrorKind::Data,
             TableError::Io(_) => ErrorKind::Retry,
+            TableError::Conflict(_) => ErrorKind::Conflict,
+            TableError::Transaction { .. } => ErrorKind::Input,
         }
     }
 
@@ -82,6 +92,7 @@ impl TableError {
             TableError::Schema(_) => "42601",       // syntax_error (what tierdb cannot store)
             TableError::Import(_) => "22000",       // data_exception
             TableError::DataFusion(e) => datafusion_sqlstate(e),
+            TableError::Transaction { code, .. } => code,
             _ => match self.kind() {
                 ErrorKind::Input => "22000",
                 ErrorKind::NotFound => "42P01",
@@ -188,4 +199,16 @@ impl From<TableError> for DataFusionError {
             other => DataFusionError::External(Box::new(other)),
         }
     }
+}
+
+/// The SQLSTATE for any error a statement can end with (a tierdb or DataFusion error, or
+/// another error; those are internal): what `tierdb serve` answers.
+pub fn sqlstate_of(e: &(dyn std::error::Error + 'static)) -> &'static str {
+    if let Some(t) = e.downcast_ref::<TableError>() {
+        return t.sqlstate();
+    }
+    if let Some(d) = e.downcast_ref::<DataFusionError>() {
+        return datafusion_sqlstate(d);
+    }
+    "XX000"
 }

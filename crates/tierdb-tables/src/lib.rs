@@ -9,9 +9,11 @@
 //! - [`readahead`]: fetching the next row groups of a sequential segment scan.
 //! - [`sql`]: the SQL engine (DataFusion), with CREATE/DROP TABLE on the catalog.
 //! - [`joinorder`]: a join-reordering rule for star joins.
+//! - [`txn`]: transactions (BEGIN … COMMIT) and what their statements see.
 //! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files.
 
 pub mod catalog;
+mod dml;
 pub mod checksum;
 pub mod dfstore;
 pub mod error;
@@ -22,8 +24,10 @@ pub mod readahead;
 pub mod segment;
 pub mod sql;
 pub mod tables;
+pub mod txn;
 pub mod write;
 
 pub use error::{Result, TableError};
 pub use sql::{EngineOptions, SqlEngine, StatementResult};
-pub use tables::{NewTable, Tables};
+pub use tables::{NewTable, PendingWrite, Tables, VacuumPlan};
+pub use txn::{Transaction, TxSlot};

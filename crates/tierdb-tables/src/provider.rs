@@ -112,6 +112,100 @@ impl TierTable {
         self.segments.iter().map(|s| s.rows).sum()
     }
 
+    pub fn def(&self) -> &TableDef {
+        &self.def
+    }
+
+    pub(crate) fn tables(&self) -> &Arc<Tables> {
+        &self.tables
+    }
+
+    /// The table's segments as the session's transaction (if any) sees them.
+    pub(crate) fn visible(&self, state: &dyn Session) -> Vec<SegmentMeta> {
+        match crate::txn::current(state.config()) {
+            Some(tx) => tx.visible(&self.def, &self.segments),
+            None => self.segments.clone(),
+        }
+    }
+
+    /// Which of `segments` may hold rows matching `predicate`, by the extent map (all of
+    /// them without a predicate, or one the pruner cannot use, or with elimination off).
+    pub(crate) fn prune(
+        &self,
+        predicate: Option<&Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+        segments: &[SegmentMeta],
+    ) -> Vec<bool> {
+        let all = vec![true; segments.len()];
+        let Some(p) = predicate.filter(|_| self.options.extent_elimination) else {
+            return all;
+        };
+        let Ok(pruning) = PruningPredicateBuilder::new()
+            .with_file_schema(self.schema.clone())
+            .try_build(p.clone())
+        else {
+            return all;
+        };
+        let map = ExtentMap {
+            def: &self.def,
+            segments,
+        };
+        pruning.prune(&map).unwrap_or(all)
+    }
+
+    /// A Parquet scan of `segments`, spread over `partitions`.
+    pub(crate) fn segments_exec(
+        &self,
+        state: &dyn Session,
+        mut kept: Vec<&SegmentMeta>,
+        partitions: usize,
+        projection: Option<&Vec<usize>>,
+        predicate: Option<Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // Kept segments spread over the partitions, largest first onto the lightest group.
+        kept.sort_by_key(|s| std::cmp::Reverse(s.bytes));
+        let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..partitions.min(kept.len().max(1)))
+            .map(|_| (0, Vec::new()))
+            .collect();
+        for seg in kept {
+            self.tables
+                .df_store()
+                .register_checksums(&seg.path, &seg.checksums);
+            if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
+                g.0 += seg.bytes;
+                let mut file = PartitionedFile::new(seg.path.clone(), seg.bytes);
+                // The extent map also lets DataFusion skip whole segments at run time
+                // (dynamic filters from hash joins); not when elimination is off.
+                if self.options.extent_elimination {
+                    file = file.with_statistics(Arc::new(self.segment_statistics(seg)));
+                }
+                g.1.push(file);
+            }
+        }
+        // Footers and page indexes are parsed once per process and kept in the session's
+        // file metadata cache (`EngineOptions::metadata_cache_bytes`), not re-read per query.
+        let runtime = state.runtime_env();
+        let reader_factory = CachedParquetFileReaderFactory::new(
+            runtime.object_store(store_url())?,
+            runtime.cache_manager.get_file_metadata_cache(),
+        );
+        let mut source = ParquetSource::new(self.schema.clone())
+            .with_parquet_file_reader_factory(Arc::new(reader_factory))
+            .with_enable_page_index(true)
+            .with_pushdown_filters(true)
+            .with_reorder_filters(true)
+            .with_metadata_size_hint(64 * 1024);
+        if let Some(p) = predicate {
+            source = source.with_predicate(p);
+        }
+        let config = FileScanConfigBuilder::new(store_url(), Arc::new(source))
+            .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
+            .with_projection_indices(projection.cloned())?
+            .with_limit(limit)
+            .build();
+        Ok(DataSourceExec::from_data_source(config))
+    }
+
     /// Per-file statistics from the extent map (exact: computed from the rows).
     fn segment_statistics(&self, seg: &SegmentMeta) -> Statistics {
         let mut st = Statistics::new_unknown(&self.schema)
@@ -226,30 +320,14 @@ impl TableProvider for TierTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let segments = self.visible(state);
         let df_schema = DFSchema::try_from(self.schema.clone())?;
         let predicate = conjunction(filters.to_vec())
             .map(|p| state.create_physical_expr(p, &df_schema))
             .transpose()?;
-        let mut keep = vec![true; self.segments.len()];
-        if let Some(p) = &predicate
-            && self.options.extent_elimination
-        {
-            // A predicate the pruner cannot use keeps every segment.
-            if let Ok(pruning) = PruningPredicateBuilder::new()
-                .with_file_schema(self.schema.clone())
-                .try_build(p.clone())
-            {
-                let map = ExtentMap {
-                    def: &self.def,
-                    segments: &self.segments,
-                };
-                if let Ok(mask) = pruning.prune(&map) {
-                    keep = mask;
-                }
-            }
-        }
+        let keep = self.prune(predicate.as_ref(), &segments);
         let c = &self.counters;
-        for (seg, k) in self.segments.iter().zip(&keep) {
+        for (seg, k) in segments.iter().zip(&keep) {
             c.segments_total.fetch_add(1, Ordering::Relaxed);
             c.bytes_total.fetch_add(seg.bytes, Ordering::Relaxed);
             if !k {
@@ -257,56 +335,32 @@ impl TableProvider for TierTable {
                 c.bytes_skipped.fetch_add(seg.bytes, Ordering::Relaxed);
             }
         }
-        // Kept segments spread over the session's partitions, largest first onto the
-        // lightest group.
-        let partitions = state.config().target_partitions().max(1);
-        let mut kept: Vec<&SegmentMeta> = self
-            .segments
+        let kept: Vec<&SegmentMeta> = segments
             .iter()
             .zip(&keep)
             .filter_map(|(s, k)| k.then_some(s))
             .collect();
-        kept.sort_by_key(|s| std::cmp::Reverse(s.bytes));
-        let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..partitions.min(kept.len().max(1)))
-            .map(|_| (0, Vec::new()))
-            .collect();
-        for seg in kept {
-            self.tables
-                .df_store()
-                .register_checksums(&seg.path, &seg.checksums);
-            if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
-                g.0 += seg.bytes;
-                let mut file = PartitionedFile::new(seg.path.clone(), seg.bytes);
-                // The extent map also lets DataFusion skip whole segments at run time
-                // (dynamic filters from hash joins); not when elimination is off.
-                if self.options.extent_elimination {
-                    file = file.with_statistics(Arc::new(self.segment_statistics(seg)));
-                }
-                g.1.push(file);
-            }
-        }
-        // Footers and page indexes are parsed once per process and kept in the session's
-        // file metadata cache (`EngineOptions::metadata_cache_bytes`), not re-read per query.
-        let runtime = state.runtime_env();
-        let reader_factory = CachedParquetFileReaderFactory::new(
-            runtime.object_store(store_url())?,
-            runtime.cache_manager.get_file_metadata_cache(),
-        );
-        let mut source = ParquetSource::new(self.schema.clone())
-            .with_parquet_file_reader_factory(Arc::new(reader_factory))
-            .with_enable_page_index(true)
-            .with_pushdown_filters(true)
-            .with_reorder_filters(true)
-            .with_metadata_size_hint(64 * 1024);
-        if let Some(p) = predicate {
-            source = source.with_predicate(p);
-        }
-        let config = FileScanConfigBuilder::new(store_url(), Arc::new(source))
-            .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
-            .with_projection_indices(projection.cloned())?
-            .with_limit(limit)
-            .build();
-        Ok(DataSourceExec::from_data_source(config))
+        let partitions = state.config().target_partitions().max(1);
+        self.segments_exec(state, kept, partitions, projection, predicate, limit)
+    }
+
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let n = crate::dml::rewrite(self, state, filters, None).await?;
+        crate::dml::count_exec(n)
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let n = crate::dml::rewrite(self, state, filters, Some(assignments)).await?;
+        crate::dml::count_exec(n)
     }
 
     async fn insert_into(
@@ -337,16 +391,8 @@ impl TableProvider for TierTable {
     }
 }
 
-/// Set on a statement's session config to collect its INSERTs' written segments instead of
-/// committing them: the caller commits them all at once ([`Tables::commit_writes`]) or
-/// discards them.
-#[derive(Debug, Default)]
-pub struct DeferredWrites {
-    pub writes: parking_lot::Mutex<Vec<PendingWrite>>,
-}
-
 /// INSERT's sink: writes segments, then commits them all at once (or leaves the commit to
-/// the statement's transaction, see [`DeferredWrites`]).
+/// the session's transaction, see [`crate::txn`]).
 #[derive(Debug)]
 struct TierSink {
     tables: Arc<Tables>,
@@ -374,12 +420,13 @@ impl DataSink for TierSink {
     ) -> DfResult<u64> {
         let segments = write_stream(&self.tables, &self.def, data, &|_| {}).await?;
         let rows = segments.iter().map(|s| s.rows).sum();
-        if let Some(deferred) = context.session_config().get_extension::<DeferredWrites>() {
-            // Part of a larger transaction: its commit makes these rows visible.
-            deferred.writes.lock().push(PendingWrite {
+        if let Some(tx) = crate::txn::current(context.session_config()) {
+            // Part of a transaction: its commit makes these rows visible.
+            tx.push(PendingWrite {
                 table: self.def.clone(),
                 segments,
                 replace: self.replace,
+                removed: Vec::new(),
             });
             return Ok(rows);
         }

@@ -13,7 +13,8 @@ use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::logical_expr::dml::InsertOp;
+use datafusion::dataframe::DataFrame;
+use datafusion::logical_expr::dml::{InsertOp, WriteOp};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
@@ -24,9 +25,8 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 
 use crate::catalog::{ColumnDef, ColumnType};
 use crate::error::{Result, TableError};
-use crate::provider::{
-    DeferredWrites, STORE_URL, ScanCounters, ScanOptions, TierSchema, TierTable,
-};
+use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema, TierTable};
+use crate::txn::{Transaction, TxSlot};
 use crate::tables::{NewTable, Tables};
 
 pub const CATALOG: &str = "tierdb";
@@ -84,9 +84,8 @@ impl StatementResult {
 
 pub struct SqlEngine {
     tables: Arc<Tables>,
-    ctx: SessionContext,
-    schema: Arc<TierSchema>,
-    counters: Arc<ScanCounters>,
+    /// The engine's own session (the `tierdb sql` shell's, and what new sessions copy).
+    session: SqlSession,
 }
 
 impl std::fmt::Debug for SqlEngine {
@@ -99,6 +98,7 @@ impl std::fmt::Debug for SqlEngine {
 
 impl SqlEngine {
     pub fn new(tables: Arc<Tables>, options: &EngineOptions) -> Result<Self> {
+        let slot = Arc::new(TxSlot::default());
         let config = SessionConfig::new()
             .with_target_partitions(options.threads.max(1))
             .with_information_schema(true)
@@ -107,7 +107,8 @@ impl SqlEngine {
             // dimensions and the fact table streams through without a shuffle.
             .with_repartition_joins(false)
             .with_create_default_catalog_and_schema(false)
-            .with_default_catalog_and_schema(CATALOG, SCHEMA);
+            .with_default_catalog_and_schema(CATALOG, SCHEMA)
+            .with_extension(slot.clone());
         let mut disk = DiskManagerBuilder::default();
         if let Some(dir) = &options.spill_dir {
             disk = disk.with_mode(DiskManagerMode::Directories(vec![dir.clone()]));
@@ -144,10 +145,15 @@ impl SqlEngine {
         catalog.register_schema(SCHEMA, schema.clone())?;
         ctx.register_catalog(CATALOG, Arc::new(catalog));
         Ok(SqlEngine {
-            tables,
-            ctx,
-            schema,
-            counters,
+            tables: tables.clone(),
+            session: SqlSession {
+                tables,
+                ctx,
+                schema,
+                counters,
+                slot,
+                aborted: Default::default(),
+            },
         })
     }
 
@@ -156,16 +162,41 @@ impl SqlEngine {
     }
 
     pub fn context(&self) -> &SessionContext {
-        &self.ctx
+        &self.session.ctx
+    }
+
+    /// The engine's own session.
+    pub fn session(&self) -> &SqlSession {
+        &self.session
+    }
+
+    /// A new session for one client: its own DataFusion context (settings, transaction)
+    /// over the same catalog, store, caches and memory pool as every other session.
+    /// Functions and schemas registered on the engine's context before are there too.
+    pub fn new_session(&self) -> SqlSession {
+        let slot = Arc::new(TxSlot::default());
+        let base = self.session.ctx.state();
+        let config = base.config().clone().with_extension(slot.clone());
+        let state = datafusion::execution::SessionStateBuilder::new_from_existing(base)
+            .with_config(config)
+            .build();
+        SqlSession {
+            tables: self.tables.clone(),
+            ctx: SessionContext::new_with_state(state),
+            schema: self.session.schema.clone(),
+            counters: self.session.counters.clone(),
+            slot,
+            aborted: Default::default(),
+        }
     }
 
     /// Extent elimination counters over every scan of this session.
     pub fn scan_counters(&self) -> &Arc<ScanCounters> {
-        &self.counters
+        &self.session.counters
     }
 
     pub fn set_scan_options(&self, options: ScanOptions) {
-        self.schema.set_options(options);
+        self.session.schema.set_options(options);
     }
 
     /// Makes this session read segment files straight from the local filesystem, where
@@ -177,21 +208,165 @@ impl SqlEngine {
         let fs = object_store_df::local::LocalFileSystem::new_with_prefix(root)
             .map_err(|e| TableError::Schema(format!("{}: {e}", root.display())))?;
         let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
-        self.ctx.register_object_store(&url, Arc::new(fs));
+        self.session.ctx.register_object_store(&url, Arc::new(fs));
         Ok(())
     }
 
     /// Splits `sql` into statements; a syntax error names the line and column.
     pub fn parse(&self, sql: &str) -> Result<Vec<DfStatement>> {
-        Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?
-            .into_iter()
-            .collect())
+        parse(sql)
     }
 
-    /// Runs every statement of `sql` in order, stopping at the first error (see
-    /// [`SqlEngine::run`] for which query strings are one transaction).
+    /// Runs every statement of `sql` in order in the engine's session, stopping at the
+    /// first error (see [`SqlSession::run`] for which query strings are one transaction).
     pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
-        let (out, error) = self.run(self.parse(sql)?).await;
+        self.session.sql(sql).await
+    }
+
+    /// [`SqlSession::run`] in the engine's session.
+    pub async fn run(
+        &self,
+        statements: Vec<DfStatement>,
+    ) -> (Vec<StatementResult>, Option<TableError>) {
+        self.session.run(statements).await
+    }
+
+    /// Runs one statement (committing what it writes unless a transaction is open).
+    pub async fn execute(&self, stmt: DfStatement) -> Result<StatementResult> {
+        self.session.execute(stmt).await
+    }
+}
+
+/// Splits `sql` into statements; a syntax error names the line and column.
+pub fn parse(sql: &str) -> Result<Vec<DfStatement>> {
+    Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?
+        .into_iter()
+        .collect())
+}
+
+/// What a statement produced: rows still to be read, or a command tag.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A query's rows, computed as they are read.
+    Rows(DataFrame),
+    /// `"INSERT 0 5"`, `"UPDATE 3"`, `"BEGIN"`…
+    Command(String),
+}
+
+impl Outcome {
+    pub async fn collect(self) -> Result<StatementResult> {
+        Ok(match self {
+            Outcome::Rows(df) => {
+                let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+                StatementResult {
+                    schema,
+                    batches: df.collect().await?,
+                    command: None,
+                }
+            }
+            Outcome::Command(tag) => StatementResult::command(tag),
+        })
+    }
+}
+
+/// How a statement is run in a session (decided from its syntax, before planning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatementKind {
+    Begin,
+    Commit,
+    Rollback,
+    /// CREATE TABLE, DROP TABLE: committed at once, also inside a transaction.
+    Ddl,
+    /// VACUUM: deletes unreferenced segment files.
+    Vacuum,
+    /// INSERT, UPDATE, DELETE.
+    Write,
+    /// Everything else DataFusion plans (queries, EXPLAIN, SHOW TABLES…).
+    Query,
+}
+
+impl StatementKind {
+    pub fn of(stmt: &DfStatement) -> Self {
+        let DfStatement::Statement(s) = stmt else {
+            return StatementKind::Query;
+        };
+        match s.as_ref() {
+            SqlStatement::StartTransaction { .. } => StatementKind::Begin,
+            SqlStatement::Commit { .. } => StatementKind::Commit,
+            SqlStatement::Rollback { .. } => StatementKind::Rollback,
+            SqlStatement::CreateTable(_) | SqlStatement::Drop { .. } => StatementKind::Ddl,
+            SqlStatement::Vacuum(_) => StatementKind::Vacuum,
+            SqlStatement::Insert(_) | SqlStatement::Update(_) | SqlStatement::Delete(_) => {
+                StatementKind::Write
+            }
+            _ => StatementKind::Query,
+        }
+    }
+}
+
+/// One client's session: a DataFusion context of its own (settings, prepared plans) over
+/// the engine's catalog, and the transaction it is in, if any.
+///
+/// Outside a transaction every statement commits what it writes on its own (autocommit).
+/// Between `BEGIN` and `COMMIT`, INSERT, UPDATE and DELETE write their segments but commit
+/// nothing; the session's reads see them; `COMMIT` makes all of them visible in one atomic
+/// catalog commit and `ROLLBACK` (or dropping the session without a commit) deletes them.
+/// CREATE TABLE and DROP TABLE are committed at once, also inside a transaction. After a
+/// statement fails inside a transaction, every statement but `ROLLBACK` (or `COMMIT`, which
+/// then rolls back) fails with SQLSTATE 25P02, as in PostgreSQL.
+pub struct SqlSession {
+    tables: Arc<Tables>,
+    ctx: SessionContext,
+    schema: Arc<TierSchema>,
+    counters: Arc<ScanCounters>,
+    slot: Arc<TxSlot>,
+    aborted: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for SqlSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlSession")
+            .field("in_transaction", &self.in_transaction())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SqlSession {
+    fn drop(&mut self) {
+        // A session that ends inside a transaction (a dropped connection) rolls it back:
+        // its segment files were never committed.
+        if let Some(tx) = self.slot.set(None)
+            && !tx.is_empty()
+        {
+            let tables = self.tables.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { tx.rollback(&tables).await });
+            }
+        }
+    }
+}
+
+impl SqlSession {
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    pub fn tables(&self) -> &Arc<Tables> {
+        &self.tables
+    }
+
+    pub fn in_transaction(&self) -> bool {
+        self.slot.current().is_some()
+    }
+
+    /// Inside a transaction that a failed statement aborted.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Runs every statement of `sql` in order, stopping at the first error.
+    pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
+        let (out, error) = self.run(parse(sql)?).await;
         match error {
             Some(e) => Err(e),
             None => Ok(out),
@@ -201,55 +376,155 @@ impl SqlEngine {
     /// Runs statements in order, stopping at the first error; returns the results of the
     /// statements that ran and that error.
     ///
-    /// Several statements that are all `INSERT … VALUES` are one implicit transaction, as in
-    /// PostgreSQL: their rows are committed together in one atomic catalog commit after the
-    /// last one, and if any fails none is committed and the segments already written are
-    /// deleted. (If the commit itself fails, its outcome may be unknown: see
-    /// [`Tables::commit_writes`].) Other statement mixes run one commit per statement
-    /// (transactions over DDL and reads of a transaction's own writes: docs/design/tables.md).
+    /// Outside a transaction, several statements with no BEGIN, COMMIT or ROLLBACK among
+    /// them are one implicit transaction, as a multi-statement query string is in
+    /// PostgreSQL: their writes are committed together after the last one, and if any
+    /// fails none is. (If the commit itself fails, its outcome may be unknown: see
+    /// [`Tables::commit_writes`].)
     pub async fn run(
         &self,
         statements: Vec<DfStatement>,
     ) -> (Vec<StatementResult>, Option<TableError>) {
-        let atomic = statements.len() > 1 && statements.iter().all(is_insert_values);
-        let deferred = atomic.then(|| Arc::new(DeferredWrites::default()));
+        let implicit = statements.len() > 1
+            && !self.in_transaction()
+            && statements.iter().all(|s| {
+                !matches!(
+                    StatementKind::of(s),
+                    StatementKind::Begin | StatementKind::Commit | StatementKind::Rollback
+                )
+            });
+        if implicit {
+            self.slot.set(Some(Arc::new(Transaction::default())));
+        }
         let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
-            match self.execute_in(stmt, deferred.clone()).await {
+            let r = match self.execute_outcome(stmt, None).await {
+                Ok(o) => o.collect().await,
+                Err(e) => Err(e),
+            };
+            match r {
                 Ok(r) => out.push(r),
                 Err(e) => {
-                    if let Some(d) = &deferred {
-                        let pending = std::mem::take(&mut *d.writes.lock());
-                        let segments: Vec<_> =
-                            pending.into_iter().flat_map(|w| w.segments).collect();
-                        self.tables.discard(&segments).await;
+                    if implicit {
+                        self.rollback().await;
+                    } else {
+                        self.fail();
                     }
                     return (out, Some(e));
                 }
             }
         }
-        if let Some(d) = deferred {
-            let pending = std::mem::take(&mut *d.writes.lock());
-            // On failure commit_writes deletes the files if nothing was committed.
-            if let Err(e) = self.tables.commit_writes(pending).await {
-                return (out, Some(e));
-            }
+        if implicit && let Err(e) = self.commit().await {
+            return (out, Some(e));
         }
         (out, None)
     }
 
-    /// Runs one statement (committing what it writes).
+    /// Runs one statement and reads all its rows.
     pub async fn execute(&self, stmt: DfStatement) -> Result<StatementResult> {
-        self.execute_in(stmt, None).await
+        match self.execute_outcome(stmt, None).await {
+            Ok(o) => o.collect().await,
+            Err(e) => {
+                self.fail();
+                Err(e)
+            }
+        }
     }
 
-    /// Runs one statement; with `deferred`, an INSERT's rows are written but left for the
-    /// caller to commit.
-    async fn execute_in(
+    /// Notes that a statement failed: inside a transaction, the transaction is aborted.
+    pub fn fail(&self) {
+        if self.in_transaction() {
+            self.aborted
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Starts a transaction (a no-op inside one, as PostgreSQL only warns).
+    pub fn begin(&self) {
+        if !self.in_transaction() {
+            self.slot.set(Some(Arc::new(Transaction::default())));
+            self.aborted
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Commits the transaction; an aborted one is rolled back instead (returns `false`).
+    pub async fn commit(&self) -> Result<bool> {
+        let aborted = self
+            .aborted
+            .swap(false, std::sync::atomic::Ordering::AcqRel);
+        let Some(tx) = self.slot.set(None) else {
+            return Ok(true);
+        };
+        if aborted {
+            tx.rollback(&self.tables).await;
+            return Ok(false);
+        }
+        tx.commit(&self.tables).await?;
+        Ok(true)
+    }
+
+    pub async fn rollback(&self) {
+        self.aborted
+            .store(false, std::sync::atomic::Ordering::Release);
+        if let Some(tx) = self.slot.set(None) {
+            tx.rollback(&self.tables).await;
+        }
+    }
+
+    /// The plan of a statement DataFusion plans (a query, INSERT, UPDATE, DELETE), with
+    /// its parameters (`$1`…) still in it; `None` for statements tierdb runs itself.
+    pub async fn plan(&self, stmt: &DfStatement) -> Result<Option<LogicalPlan>> {
+        if !matches!(
+            StatementKind::of(stmt),
+            StatementKind::Query | StatementKind::Write
+        ) {
+            return Ok(None);
+        }
+        self.schema.refresh().await?;
+        let state = self.ctx.state();
+        self.require_tables(&state, stmt)?;
+        Ok(Some(state.statement_to_plan(stmt.clone()).await?))
+    }
+
+    /// Runs one statement; `plan` is its plan from [`SqlSession::plan`] with the
+    /// parameters bound (planned again from the statement if `None`). Does not mark the
+    /// transaction aborted on failure: the caller calls [`SqlSession::fail`].
+    pub async fn execute_outcome(
         &self,
         mut stmt: DfStatement,
-        deferred: Option<Arc<DeferredWrites>>,
-    ) -> Result<StatementResult> {
+        plan: Option<LogicalPlan>,
+    ) -> Result<Outcome> {
+        let kind = StatementKind::of(&stmt);
+        if self.is_aborted() && !matches!(kind, StatementKind::Commit | StatementKind::Rollback) {
+            return Err(TableError::Transaction {
+                code: "25P02",
+                message: "current transaction is aborted, commands ignored until end of \
+                          transaction block (send ROLLBACK)"
+                    .into(),
+            });
+        }
+        match kind {
+            StatementKind::Begin => {
+                self.begin();
+                return Ok(Outcome::Command("BEGIN".into()));
+            }
+            StatementKind::Commit => {
+                let committed = self.commit().await?;
+                return Ok(Outcome::Command(
+                    if committed { "COMMIT" } else { "ROLLBACK" }.into(),
+                ));
+            }
+            StatementKind::Rollback => {
+                self.rollback().await;
+                return Ok(Outcome::Command("ROLLBACK".into()));
+            }
+            StatementKind::Vacuum => {
+                let plan = self.tables.vacuum(DEFAULT_VACUUM_RETAIN).await?;
+                return Ok(Outcome::Command(format!("VACUUM {}", plan.delete.len())));
+            }
+            _ => {}
+        }
         self.schema.refresh().await?;
         let mut keys = None;
         if let DfStatement::Statement(s) = &mut stmt
@@ -260,8 +535,13 @@ impl SqlEngine {
             keys = Some((order, part));
         }
         let state = self.ctx.state();
-        self.require_tables(&state, &stmt)?;
-        let plan = state.statement_to_plan(stmt).await?;
+        let plan = match plan {
+            Some(p) => p,
+            None => {
+                self.require_tables(&state, &stmt)?;
+                state.statement_to_plan(stmt).await?
+            }
+        };
         match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
                 let (order, part) = keys.unwrap_or((None, None));
@@ -271,38 +551,38 @@ impl SqlEngine {
                 let name = d.name.table().to_string();
                 let dropped = self.tables.drop_table(&name, d.if_exists).await?;
                 self.schema.refresh().await?;
-                Ok(StatementResult::command(if dropped {
-                    "DROP TABLE"
-                } else {
-                    "DROP TABLE (did not exist)"
-                }))
+                Ok(Outcome::Command(
+                    if dropped {
+                        "DROP TABLE"
+                    } else {
+                        "DROP TABLE (did not exist)"
+                    }
+                    .into(),
+                ))
             }
             LogicalPlan::Ddl(other) => Err(TableError::Schema(format!(
                 "{} is not supported: tierdb keeps tables only (CREATE TABLE, DROP TABLE)",
                 other.name()
             ))),
-            plan => {
-                let insert = matches!(plan, LogicalPlan::Dml(_));
-                let df = match (&deferred, insert) {
-                    (Some(d), true) => {
-                        let mut state = self.ctx.state();
-                        state.config_mut().set_extension(d.clone());
-                        datafusion::dataframe::DataFrame::new(state, plan)
+            LogicalPlan::Dml(dml) => {
+                let op = match &dml.op {
+                    WriteOp::Insert(_) => "INSERT 0",
+                    WriteOp::Update => "UPDATE",
+                    WriteOp::Delete => "DELETE",
+                    other => {
+                        return Err(TableError::Schema(format!(
+                            "{other} is not supported: use INSERT, UPDATE or DELETE"
+                        )));
                     }
-                    _ => self.ctx.execute_logical_plan(plan).await?,
                 };
-                let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-                let batches = df.collect().await?;
-                if insert {
-                    let n = inserted(&batches);
-                    return Ok(StatementResult::command(format!("INSERT 0 {n}")));
-                }
-                Ok(StatementResult {
-                    schema,
-                    batches,
-                    command: None,
-                })
+                let df = self
+                    .ctx
+                    .execute_logical_plan(LogicalPlan::Dml(dml))
+                    .await?;
+                let n = inserted(&df.collect().await?);
+                Ok(Outcome::Command(format!("{op} {n}")))
             }
+            plan => Ok(Outcome::Rows(self.ctx.execute_logical_plan(plan).await?)),
         }
     }
 
@@ -346,7 +626,7 @@ impl SqlEngine {
         c: datafusion::logical_expr::CreateMemoryTable,
         order: Option<OneOrManyWithParens<SqlExpr>>,
         part: Option<Box<SqlExpr>>,
-    ) -> Result<StatementResult> {
+    ) -> Result<Outcome> {
         if c.temporary {
             return Err(TableError::Schema(
                 "CREATE TEMPORARY TABLE is not supported: every tierdb table is stored".into(),
@@ -395,7 +675,7 @@ impl SqlEngine {
         self.schema.refresh().await?;
         let is_ctas = !matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(_));
         if !is_ctas || existed {
-            return Ok(StatementResult::command("CREATE TABLE"));
+            return Ok(Outcome::Command("CREATE TABLE".into()));
         }
         // CREATE TABLE … AS SELECT: the rows go in like an INSERT … SELECT. If that fails
         // the new (empty) table is dropped again.
@@ -418,10 +698,7 @@ impl SqlEngine {
             Ok::<_, TableError>(df.collect().await?)
         };
         match run.await {
-            Ok(batches) => Ok(StatementResult::command(format!(
-                "SELECT {}",
-                inserted(&batches)
-            ))),
+            Ok(batches) => Ok(Outcome::Command(format!("SELECT {}", inserted(&batches)))),
             Err(e) => {
                 self.tables.drop_table(&name, true).await?;
                 self.schema.refresh().await?;
@@ -431,23 +708,9 @@ impl SqlEngine {
     }
 }
 
-/// Whether a statement is an `INSERT … VALUES`: it reads no table, so deferring the
-/// commit of earlier INSERTs cannot change what it writes.
-fn is_insert_values(stmt: &DfStatement) -> bool {
-    let DfStatement::Statement(s) = stmt else {
-        return false;
-    };
-    let SqlStatement::Insert(ins) = s.as_ref() else {
-        return false;
-    };
-    ins.source.as_ref().is_some_and(|q| {
-        q.with.is_none()
-            && matches!(
-                q.body.as_ref(),
-                datafusion::sql::sqlparser::ast::SetExpr::Values(_)
-            )
-    })
-}
+/// How long VACUUM keeps a file after it left the catalog, for readers that planned before
+/// (queries, followers) still reading it.
+pub const DEFAULT_VACUUM_RETAIN: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The row count an INSERT plan returns (one UInt64 "count" value).
 fn inserted(batches: &[RecordBatch]) -> u64 {

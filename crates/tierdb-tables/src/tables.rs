@@ -33,6 +33,9 @@ pub struct Tables {
     df_store: DfStore,
     tiered: tierdb_store::TieredStore,
     commit_lock: tokio::sync::Mutex<()>,
+    /// Segment files written by this process and not yet committed or discarded (an open
+    /// transaction's, an import's in progress): VACUUM leaves them alone.
+    writing: parking_lot::Mutex<std::collections::HashSet<String>>,
     pub segment_options: SegmentOptions,
 }
 
@@ -61,6 +64,7 @@ impl Tables {
             df_store: DfStore::new(store.clone()),
             store,
             commit_lock: tokio::sync::Mutex::new(()),
+            writing: Default::default(),
             segment_options: SegmentOptions::default(),
         }
     }
@@ -149,8 +153,8 @@ impl Tables {
         Ok(def)
     }
 
-    /// Drops a table: its catalog entries go in one commit, then its segment files are
-    /// deleted (a failure there leaves unreferenced files, logged, never a half table).
+    /// Drops a table: its catalog entries go in one commit, which also retires its segment
+    /// files (VACUUM deletes them once no reader can still be using them).
     /// Returns whether a table was dropped.
     pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<bool> {
         let kv = self.kv_writer()?;
@@ -164,11 +168,12 @@ impl Tables {
         let segments = self.segments(&def).await?;
         let mut b = CatalogBatch::default();
         b.delete_table(name);
+        let now = tierdb_kv::lease::now_ms();
         for s in &segments {
             b.delete_segment(def.id, s.id);
+            b.retire(s, now);
         }
         kv.commit(b.batch).await?;
-        self.discard(&segments).await;
         Ok(true)
     }
 
@@ -187,6 +192,7 @@ impl Tables {
                 table: table.clone(),
                 segments,
                 replace,
+                removed: Vec::new(),
             }])
             .await?;
         Ok(done.pop().map(|w| w.segments).unwrap_or_default())
@@ -194,7 +200,9 @@ impl Tables {
 
     /// Commits several tables' written segments in one atomic catalog commit: a reader sees
     /// all of them or none. Fails, committing nothing, if any table was dropped or replaced
-    /// meanwhile. Returns the writes with their segments' assigned ids.
+    /// meanwhile, or if a segment a write removes (UPDATE, DELETE) is no longer in its table
+    /// (another commit removed it first: SQLSTATE 40001, retry the transaction). Returns the
+    /// writes with their segments' assigned ids.
     ///
     /// On an error the segment files are deleted when the commit surely did not happen. When
     /// its outcome is unknown (the catalog commit itself failed: it may have taken effect)
@@ -238,42 +246,190 @@ impl Tables {
                 }
             }
         }
+        // Segments written earlier in this transaction and removed again by a later
+        // statement of it (an UPDATE of rows it inserted) never reach the catalog.
+        let written: std::collections::HashSet<String> = writes
+            .iter()
+            .flat_map(|w| w.segments.iter().map(|s| s.path.clone()))
+            .collect();
+        let removed_paths: std::collections::HashSet<String> = writes
+            .iter()
+            .flat_map(|w| w.removed.iter().map(|s| s.path.clone()))
+            .collect();
         let mut next = catalog::next_id(self.reader.as_ref())
             .await
             .map_err(before)?;
+        let now = tierdb_kv::lease::now_ms();
         let mut b = CatalogBatch::default();
-        let mut replaced = Vec::new();
+        let mut unused = Vec::new();
         for i in 0..writes.len() {
             let (w, later) = writes[i..].split_first_mut().expect("i < len");
             if later.iter().any(|l| l.replace && l.table.id == w.table.id) {
-                // An INSERT OVERWRITE later in this commit replaces these rows too.
-                replaced.append(&mut w.segments);
+                // An INSERT OVERWRITE later in this commit replaces these rows too; what this
+                // write removed is removed by it as well.
+                unused.append(&mut w.segments);
                 continue;
             }
             if w.replace {
                 let current = self.segments(&w.table).await.map_err(before)?;
                 for s in &current {
                     b.delete_segment(w.table.id, s.id);
+                    b.retire(s, now);
                 }
-                replaced.extend(current);
             }
-            for s in &mut w.segments {
+            for r in &w.removed {
+                if written.contains(&r.path) {
+                    continue; // this transaction's own, not in the catalog
+                }
+                let current = catalog::get_segment(self.reader.as_ref(), w.table.id, r.id)
+                    .await
+                    .map_err(before)?;
+                if current.as_ref().is_none_or(|c| c.path != r.path) {
+                    return Err(before(TableError::Conflict(format!(
+                        "table {}: a segment this transaction rewrote was changed by another \
+                         commit first; nothing was committed, retry the transaction",
+                        w.table.name
+                    ))));
+                }
+                b.delete_segment(w.table.id, r.id);
+                b.retire(r, now);
+            }
+            let mut kept = Vec::with_capacity(w.segments.len());
+            for mut s in std::mem::take(&mut w.segments) {
+                if removed_paths.contains(&s.path) {
+                    unused.push(s);
+                    continue;
+                }
                 s.id = next;
                 next += 1;
-                b.put_segment(w.table.id, s);
+                b.put_segment(w.table.id, &s);
+                kept.push(s);
             }
+            w.segments = kept;
         }
         b.set_next_id(next);
-        kv.commit(b.batch)
-            .await
-            .map_err(|e| CommitFailure::Unknown(e.into()))?;
-        self.discard(&replaced).await;
+        let committed = kv.commit(b.batch).await;
+        for w in &writes {
+            self.done_writing(&w.segments);
+        }
+        committed.map_err(|e| CommitFailure::Unknown(e.into()))?;
+        self.discard(&unused).await;
         Ok(writes)
+    }
+
+    /// Notes a segment file this process is writing and has not committed yet.
+    pub(crate) fn note_writing(&self, path: &str) {
+        self.writing.lock().insert(path.to_string());
+    }
+
+    fn done_writing(&self, segments: &[SegmentMeta]) {
+        let mut w = self.writing.lock();
+        for s in segments {
+            w.remove(&s.path);
+        }
+    }
+
+    /// Files that are not part of any table and that VACUUM would delete now, given that
+    /// retired files (and unreferenced files nobody retired: left by a write that was killed
+    /// before its commit) are kept for `retain` after they left the catalog (were written).
+    pub async fn vacuum_plan(&self, retain: std::time::Duration) -> Result<VacuumPlan> {
+        let prefix = Path::from(format!("{}/tables", self.root.trim_end_matches('/')));
+        let mut referenced = std::collections::HashSet::new();
+        for def in self.tables().await? {
+            for s in self.segments(&def).await? {
+                referenced.insert(s.path);
+            }
+        }
+        let retired: std::collections::HashMap<String, catalog::Retired> =
+            catalog::list_retired(self.reader.as_ref())
+                .await?
+                .into_iter()
+                .map(|r| (r.path.clone(), r))
+                .collect();
+        let now = tierdb_kv::lease::now_ms();
+        let retain_ms = u64::try_from(retain.as_millis()).unwrap_or(u64::MAX);
+        let writing = self.writing.lock().clone();
+        let mut plan = VacuumPlan::default();
+        let mut listing = self.store.list(Some(&prefix));
+        let mut seen = std::collections::HashSet::new();
+        while let Some(meta) = listing.next().await {
+            let meta = meta?;
+            let path = meta.location.to_string();
+            seen.insert(path.clone());
+            if referenced.contains(&path) {
+                plan.referenced += 1;
+                continue;
+            }
+            if writing.contains(&path) {
+                plan.kept.push(path);
+                continue;
+            }
+            let since_ms = match retired.get(&path) {
+                Some(r) => r.retired_ms,
+                None => u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0),
+            };
+            let file = VacuumFile {
+                path,
+                bytes: meta.size,
+                retired: retired.contains_key(meta.location.as_ref()),
+                age_ms: now.saturating_sub(since_ms),
+            };
+            if file.age_ms >= retain_ms {
+                plan.delete.push(file);
+            } else {
+                plan.kept.push(file.path);
+            }
+        }
+        // Retirement records of files already gone (deleted by hand, or a VACUUM that
+        // stopped between deleting and forgetting).
+        plan.stale_records = retired
+            .into_keys()
+            .filter(|p| !seen.contains(p))
+            .collect();
+        Ok(plan)
+    }
+
+    /// Deletes what [`Tables::vacuum_plan`] lists, then forgets their retirement records.
+    /// Files are deleted before their records, so a crash in between leaves only records of
+    /// missing files, which the next VACUUM forgets.
+    pub async fn vacuum(&self, retain: std::time::Duration) -> Result<VacuumPlan> {
+        let kv = self.kv_writer()?.clone();
+        let _guard = self.commit_lock.lock().await;
+        let plan = self.vacuum_plan(retain).await?;
+        let paths: Vec<Path> = plan
+            .delete
+            .iter()
+            .map(|f| Path::from(f.path.as_str()))
+            .collect();
+        let mut deletes = futures::stream::iter(paths.into_iter().map(|path| {
+            let store = self.store.clone();
+            async move { store.delete(&path).await }
+        }))
+        .buffer_unordered(16);
+        while let Some(r) = deletes.next().await {
+            match r {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(TableError::Store(e)),
+            }
+        }
+        drop(deletes);
+        let mut b = CatalogBatch::default();
+        for f in plan.delete.iter().filter(|f| f.retired) {
+            b.forget_retired(&f.path);
+        }
+        for p in &plan.stale_records {
+            b.forget_retired(p);
+        }
+        if !b.batch.is_empty() {
+            kv.commit(b.batch).await?;
+        }
+        Ok(plan)
     }
 
     /// Deletes segment files that no commit references (an aborted load's, a dropped
     /// table's). Best effort: failures are logged.
     pub async fn discard(&self, segments: &[SegmentMeta]) {
+        self.done_writing(segments);
         let paths = segments
             .iter()
             .map(|s| Path::from(s.path.as_str()))
@@ -299,6 +455,38 @@ pub struct PendingWrite {
     pub segments: Vec<SegmentMeta>,
     /// INSERT OVERWRITE: the table's committed segments leave it in the same commit.
     pub replace: bool,
+    /// Segments of the table this write replaces (UPDATE, DELETE rewrote them): they leave
+    /// it in the same commit, which fails if one of them already left.
+    pub removed: Vec<SegmentMeta>,
+}
+
+/// What VACUUM deletes and keeps.
+#[derive(Debug, Default, Clone)]
+pub struct VacuumPlan {
+    /// Unreferenced files old enough to delete.
+    pub delete: Vec<VacuumFile>,
+    /// Unreferenced files kept: still within the retention, or being written.
+    pub kept: Vec<String>,
+    /// Files some table references (never deleted).
+    pub referenced: usize,
+    /// Retirement records whose file is already gone.
+    pub stale_records: Vec<String>,
+}
+
+impl VacuumPlan {
+    pub fn bytes(&self) -> u64 {
+        self.delete.iter().map(|f| f.bytes).sum()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct VacuumFile {
+    pub path: String,
+    pub bytes: u64,
+    /// Left the catalog by a commit (else: never committed).
+    pub retired: bool,
+    /// Since it was retired (or written, if never committed).
+    pub age_ms: u64,
 }
 
 /// How a catalog commit failed: surely not committed, or with an unknown outcome.

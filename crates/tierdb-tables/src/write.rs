@@ -189,6 +189,9 @@ impl SegmentWriter<'_> {
         let (bytes, stats) = b.finish()?;
         let store = self.tables.store().clone();
         let path = segment_path(self.tables.root(), self.def.id);
+        // Not yet in the catalog: VACUUM must leave it alone until it is committed or
+        // discarded.
+        self.tables.note_writing(path.as_ref());
         self.uploads
             .spawn(async move { upload(&store, path, bytes, rows, stats).await });
         Ok(())
