@@ -1,6 +1,7 @@
-//! `tierdb serve DB`: the database's tables over the PostgreSQL wire protocol (simple query
-//! protocol, SCRAM-SHA-256 password authentication), so `psql` and libraries that use the
-//! simple protocol work. A failing statement answers with a PostgreSQL error (SQLSTATE and
+//! `tierdb serve DB`: the database's tables over the PostgreSQL wire protocol (simple and
+//! extended query protocols, COPY, cancel; SCRAM-SHA-256 password authentication, TLS), so
+//! PostgreSQL drivers and tools work. Each connection is a session of its own
+//! ([`crate::pg`]). A failing statement answers with a PostgreSQL error (SQLSTATE and
 //! message) and the connection and the server stay up.
 
 use std::fmt::Debug;
@@ -8,21 +9,17 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use clap::Args;
-use datafusion::arrow::array::{Array, RecordBatch};
-use datafusion::arrow::datatypes::DataType;
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use futures::Sink;
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::sasl::scram::{ScramAuth, gen_salted_password};
 use pgwire::api::auth::{
     AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
-use pgwire::api::query::SimpleQueryHandler;
-use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
-use pgwire::api::{ClientInfo, PgWireServerHandlers, Type};
-use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::{ClientInfo, ConnectionManager};
+use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
-use tierdb_tables::{SqlEngine, StatementResult, TableError};
+use tierdb_tables::SqlEngine;
 use tokio::net::TcpListener;
 
 use crate::args::KvArgs;
@@ -35,9 +32,21 @@ const SCRAM_ITERATIONS: usize = 4096;
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     pub db: String,
-    /// Address to listen on (loopback by default; expose it deliberately).
+    /// Address to listen on (loopback by default). Another address needs TLS
+    /// (--tls-cert, --tls-key) or --insecure.
     #[arg(long, default_value = "127.0.0.1:5433")]
     pub listen: String,
+    /// The server's certificate chain (PEM) for TLS; clients then connect with
+    /// sslmode=require (or verify-full with this certificate's CA).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM, PKCS#8 or RSA) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Listen on a non-loopback address without TLS: passwords are then safe (SCRAM) but
+    /// data crosses the network in the clear.
+    #[arg(long)]
+    pub insecure: bool,
     /// The user name clients log in as.
     #[arg(long, default_value = "tierdb")]
     pub user: String,
@@ -76,11 +85,6 @@ impl AuthSource for Credentials {
     }
 }
 
-struct Handlers {
-    database: Arc<Database>,
-    credentials: Arc<Credentials>,
-}
-
 /// The served database, reopened in place when its engine fails.
 ///
 /// SlateDB shuts a database handle down when a background task fails, for example when the
@@ -89,7 +93,7 @@ struct Handlers {
 /// gives the old handle up without flushing (acknowledged writes stay in the write-back log,
 /// as after a crash) and opens the database again, retrying with backoff for
 /// `--recover-for`; past that it stops serving and exits non-zero with the reason.
-struct Database {
+pub struct Database {
     db: String,
     kv: KvArgs,
     engine_args: EngineArgs,
@@ -107,14 +111,14 @@ struct Live {
 }
 
 impl Database {
-    async fn engine(&self) -> Arc<SqlEngine> {
+    pub async fn engine(&self) -> Arc<SqlEngine> {
         self.live.read().await.engine.clone()
     }
 
     /// Starts replacing `broken` (if it is still the live engine) with a freshly opened one,
     /// in the background: statements meanwhile fail at once with SQLSTATE 57P03 rather than
     /// wait for the object store.
-    fn recover(self: &Arc<Self>, broken: &Arc<SqlEngine>, why: &str) {
+    pub fn recover(self: &Arc<Self>, broken: &Arc<SqlEngine>, why: &str) {
         if self
             .recovering
             .swap(true, std::sync::atomic::Ordering::AcqRel)
@@ -146,7 +150,7 @@ impl Database {
         let deadline = tokio::time::Instant::now() + self.recover_for;
         let mut pause = std::time::Duration::from_millis(250);
         loop {
-            match open_engine(&self.db, &self.kv, &self.engine_args, Role::Writer).await {
+            match open_served(&self.db, &self.kv, &self.engine_args).await {
                 Ok((engine, handle)) => {
                     tracing::warn!(db = %self.db, "database reopened; serving again");
                     *self.live.write().await = Live {
@@ -183,23 +187,6 @@ impl Database {
     }
 }
 
-impl PgWireServerHandlers for Handlers {
-    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        Arc::new(Queries {
-            database: self.database.clone(),
-        })
-    }
-
-    fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        let mut scram = ScramAuth::new(self.credentials.clone());
-        scram.set_iterations(SCRAM_ITERATIONS);
-        Arc::new(StartupUserInErrors(
-            SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
-                .with_scram(scram),
-        ))
-    }
-}
-
 /// Names the startup message's user in a failed login. Clients (libpq among them) leave the
 /// SCRAM user name empty, as RFC 5802 lets a server that knows the user from elsewhere, and
 /// pgwire reports the SCRAM one: `Password authentication failed for user ""`.
@@ -231,156 +218,89 @@ impl<H: StartupHandler> StartupHandler for StartupUserInErrors<H> {
     }
 }
 
-struct Queries {
-    database: Arc<Database>,
-}
-
-#[async_trait]
-impl SimpleQueryHandler for Queries {
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let engine = self.database.engine().await;
-        let statements = match engine.parse(query) {
-            Ok(s) => s,
-            Err(e) => return Ok(vec![error_response(&e)]),
-        };
-        if statements.is_empty() {
-            return Ok(vec![Response::EmptyQuery]);
-        }
-        // One query string of INSERTs is one implicit transaction (SqlEngine::run).
-        let (results, error) = engine.run(statements).await;
-        let mut out = Vec::with_capacity(results.len() + 1);
-        for r in results {
-            out.push(to_response(r)?);
-        }
-        if let Some(e) = error {
-            // Like PostgreSQL: the failing statement ends the query string.
-            out.push(match engine.tables().failure() {
-                Some(why) => {
-                    self.database.recover(&engine, &why);
-                    unavailable(&e, &why)
-                }
-                None => error_response(&e),
-            });
-        }
-        Ok(out)
-    }
-}
-
-/// The answer to a statement that met a failed engine: SQLSTATE 57P03 (cannot connect now)
-/// so clients know to retry.
-fn unavailable(e: &TableError, why: &str) -> Response {
-    let message = format!(
-        "the database engine failed ({why}); it is being reopened in the background, retry \
-         shortly (this statement was not applied: {e})"
-    );
-    Response::Error(Box::new(ErrorInfo::new(
-        "ERROR".to_string(),
-        "57P03".to_string(),
-        message,
-    )))
-}
-
-fn error_response(e: &TableError) -> Response {
-    let message = e.to_string();
-    let code = e.sqlstate();
-    Response::Error(Box::new(ErrorInfo::new(
-        "ERROR".to_string(),
-        code.to_string(),
-        message,
-    )))
-}
-
-fn pg_type(t: &DataType) -> Type {
-    match t {
-        DataType::Boolean => Type::BOOL,
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => Type::INT2,
-        DataType::Int32 | DataType::UInt16 => Type::INT4,
-        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => Type::INT8,
-        DataType::Float16 | DataType::Float32 => Type::FLOAT4,
-        DataType::Float64 => Type::FLOAT8,
-        DataType::Decimal128(..) | DataType::Decimal256(..) => Type::NUMERIC,
-        DataType::Date32 | DataType::Date64 => Type::DATE,
-        DataType::Timestamp(_, None) => Type::TIMESTAMP,
-        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
-        _ => Type::VARCHAR,
-    }
-}
-
-fn to_response(r: StatementResult) -> PgWireResult<Response> {
-    if let Some(tag) = &r.command {
-        let mut words = tag.split(' ');
-        let first = words.next().unwrap_or("OK");
-        let rows = tag.rsplit(' ').next().and_then(|n| n.parse::<usize>().ok());
-        let t = match (first, rows) {
-            ("INSERT", Some(n)) => Tag::new("INSERT").with_oid(0).with_rows(n),
-            ("SELECT", Some(n)) => Tag::new("SELECT").with_rows(n),
-            _ => Tag::new(tag.split(" (").next().unwrap_or(tag)),
-        };
-        return Ok(Response::Execution(t));
-    }
-    let fields: Vec<FieldInfo> = r
-        .schema
-        .fields()
-        .iter()
-        .map(|f| {
-            FieldInfo::new(
-                f.name().clone(),
-                None,
-                None,
-                pg_type(f.data_type()),
-                FieldFormat::Text,
-            )
-        })
-        .collect();
-    let fields = Arc::new(fields);
-    let rows = encode_rows(&fields, &r.batches)?;
-    Ok(Response::Query(QueryResponse::new(
-        fields,
-        futures::stream::iter(rows.into_iter().map(Ok)),
-    )))
-}
-
-fn encode_rows(
-    fields: &Arc<Vec<FieldInfo>>,
-    batches: &[RecordBatch],
-) -> PgWireResult<Vec<pgwire::messages::data::DataRow>> {
-    let opts = FormatOptions::default();
-    let mut rows = Vec::new();
-    let mut encoder = DataRowEncoder::new(fields.clone());
-    for b in batches {
-        let formatters = b
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| PgWireError::ApiError(Box::new(e)))?;
-        for row in 0..b.num_rows() {
-            for (col, f) in b.columns().iter().zip(&formatters) {
-                let value: Option<String> = if col.is_null(row) {
-                    None
-                } else if col.data_type() == &DataType::Boolean {
-                    Some(
-                        if f.value(row).to_string() == "true" {
-                            "t"
-                        } else {
-                            "f"
-                        }
-                        .to_string(),
-                    )
-                } else {
-                    Some(f.value(row).to_string())
-                };
-                encoder.encode_field(&value)?;
+/// SIGINT or SIGTERM (what supervisors send): stop accepting, close the database cleanly.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
             }
-            rows.push(encoder.take_row());
+            Err(_) => std::future::pending::<()>().await,
         }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
     }
-    Ok(rows)
+}
+
+/// Opens the database for serving: the engine, with PostgreSQL's catalog and functions.
+async fn open_served(
+    db: &str,
+    kv: &KvArgs,
+    engine_args: &EngineArgs,
+) -> CliResult<(SqlEngine, tierdb_engine::Database)> {
+    let (engine, handle) = open_engine(db, kv, engine_args, Role::Writer).await?;
+    crate::pg::install_postgres_compat(&engine)?;
+    Ok((engine, handle))
+}
+
+/// TLS from a PEM certificate chain and key.
+fn tls_acceptor(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> CliResult<pgwire::tokio::TlsAcceptor> {
+    use tokio_rustls::rustls;
+    let read = |p: &std::path::Path| {
+        std::fs::read(p)
+            .map_err(|e| CliError::input(format!("--tls: cannot read {}: {e}", p.display())))
+    };
+    let certs = rustls_pemfile::certs(&mut read(cert)?.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            CliError::input(format!(
+                "--tls-cert {}: not a PEM certificate: {e}",
+                cert.display()
+            ))
+        })?;
+    if certs.is_empty() {
+        return Err(CliError::input(format!(
+            "--tls-cert {}: no certificate in it (expected PEM: -----BEGIN CERTIFICATE-----)",
+            cert.display()
+        )));
+    }
+    let key = rustls_pemfile::private_key(&mut read(key)?.as_slice())
+        .map_err(|e| CliError::input(format!("--tls-key {}: {e}", key.display())))?
+        .ok_or_else(|| {
+            CliError::input(format!(
+                "--tls-key {}: no private key in it (expected PEM, PKCS#8 or RSA)",
+                key.display()
+            ))
+        })?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| CliError::input(format!("TLS: {e}")))?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| {
+        CliError::input(format!(
+            "--tls-cert/--tls-key do not make a usable pair: {e}"
+        ))
+    })?;
+    Ok(pgwire::tokio::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Whether `listen` names only loopback addresses.
+async fn is_loopback(listen: &str) -> bool {
+    match tokio::net::lookup_host(listen).await {
+        Ok(addrs) => {
+            let addrs: Vec<_> = addrs.collect();
+            !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => false,
+    }
 }
 
 pub async fn run_serve(args: ServeArgs) -> CliResult {
@@ -394,10 +314,21 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
             );
         }
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Some(tls_acceptor(c, k)?),
+        _ => None,
+    };
+    if tls.is_none() && !args.insecure && !is_loopback(&args.listen).await {
+        return Err(CliError::input(format!(
+            "--listen {} is not a loopback address: give --tls-cert and --tls-key so clients' \
+             data is encrypted, or --insecure to serve it in the clear",
+            args.listen
+        )));
+    }
     let listener = TcpListener::bind(&args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let (engine, handle) = open_engine(&args.db, &args.kv, &args.engine, Role::Writer).await?;
+    let (engine, handle) = open_served(&args.db, &args.kv, &args.engine).await?;
     let (fatal, mut fatal_rx) = tokio::sync::watch::channel(None);
     let database = Arc::new(Database {
         db: args.db.clone(),
@@ -411,19 +342,32 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
         recovering: Default::default(),
         fatal,
     });
-    let handlers = Arc::new(Handlers {
-        database: database.clone(),
-        credentials: Arc::new(Credentials {
-            user: args.user.clone(),
-            password,
-        }),
+    let credentials = Arc::new(Credentials {
+        user: args.user.clone(),
+        password,
     });
+    let connections = Arc::new(ConnectionManager::new());
+    let cancel = Arc::new(DefaultCancelHandler::new(connections.clone()));
+    let mut parameters = DefaultServerParameterProvider::default();
+    parameters.server_version = crate::pg::SERVER_VERSION.to_string();
+    let parameters = Arc::new(parameters);
+    // Per connection: the SASL handler keeps the exchange's state.
+    let startup = move || {
+        let mut scram = ScramAuth::new(credentials.clone());
+        scram.set_iterations(SCRAM_ITERATIONS);
+        Arc::new(StartupUserInErrors(
+            SASLAuthStartupHandler::new(parameters.clone())
+                .with_scram(scram)
+                .with_connection_manager(connections.clone()),
+        ))
+    };
     let addr = listener
         .local_addr()
         .map_or_else(|_| args.listen.clone(), |a| a.to_string());
     println!(
-        "tierdb serving {} on {addr} (psql -h {} -p {} -U {})",
+        "tierdb serving {} on {addr}{} (psql -h {} -p {} -U {})",
         args.db,
+        if tls.is_some() { " with TLS" } else { "" },
         addr.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h),
         addr.rsplit_once(':').map_or("5433", |(_, p)| p),
         args.user
@@ -437,9 +381,14 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
                     continue;
                 }
             };
-            let handlers = handlers.clone();
+            // Each connection gets its own handlers: its session, its COPY in progress.
+            let handlers = Arc::new(crate::pg::Handlers {
+                conn: crate::pg::ConnState::new(database.clone(), cancel.clone()),
+                startup: startup(),
+            });
+            let tls = tls.clone();
             tokio::spawn(async move {
-                if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
                     tracing::info!(%peer, error = %e, "connection ended with an error");
                 }
             });
@@ -447,7 +396,7 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
     };
     tokio::select! {
         () = serve => {}
-        _ = tokio::signal::ctrl_c() => println!("shutting down"),
+        () = shutdown_signal() => println!("shutting down"),
         fatal = fatal_rx.wait_for(Option::is_some) => {
             let message = fatal.ok().and_then(|m| m.clone()).unwrap_or_default();
             return Err(CliError::new(tierdb_store::ErrorKind::Retry, message));

@@ -322,6 +322,7 @@ fn import_options(args: &ImportArgs, threads: usize) -> CliResult<ImportOptions>
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("{}.rejects", args.table))),
         threads,
+        transaction: None,
     })
 }
 
@@ -484,6 +485,7 @@ pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
                         max_rejects: 0,
                         reject_file: PathBuf::from(format!("{table}.rejects")),
                         threads,
+                        transaction: None,
                     };
                     let s = import_with_progress(&engine, &table, &paths, &options).await?;
                     total.0 += s.rows;

@@ -141,10 +141,7 @@ pub(crate) async fn rewrite(
         Some(tx) => tx.push(write),
         // On failure commit_writes deletes the new files if nothing was committed.
         None => {
-            tables
-                .commit_writes(vec![write])
-                .await
-                .map_err(external)?;
+            tables.commit_writes(vec![write]).await.map_err(external)?;
         }
     }
     Ok(affected)
@@ -185,7 +182,11 @@ pub(crate) fn count_exec(n: u64) -> DfResult<Arc<dyn ExecutionPlan>> {
         false,
     )]));
     let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(UInt64Array::from(vec![n]))])?;
-    Ok(MemorySourceConfig::try_new_exec(&[vec![batch]], schema, None)?)
+    Ok(MemorySourceConfig::try_new_exec(
+        &[vec![batch]],
+        schema,
+        None,
+    )?)
 }
 
 fn external(e: TableError) -> DataFusionError {

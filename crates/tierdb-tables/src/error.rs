@@ -176,6 +176,7 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             SchemaError::DuplicateQualifiedField { .. }
             | SchemaError::DuplicateUnqualifiedField { .. } => "42701",
         },
+        DataFusionError::Plan(m) if m.starts_with("Invalid function") => "42883", // undefined_function
         DataFusionError::Plan(_) => "42P01", // what planning rejects first is an unknown table
         DataFusionError::NotImplemented(_) => "0A000", // feature_not_supported
         DataFusionError::ResourcesExhausted(_) => "53200", // out_of_memory

@@ -80,6 +80,9 @@ pub struct ImportOptions {
     pub reject_file: PathBuf,
     /// Parser threads.
     pub threads: usize,
+    /// Leave the rows to this transaction's commit instead of committing them (COPY
+    /// inside BEGIN … COMMIT).
+    pub transaction: Option<Arc<crate::txn::Transaction>>,
 }
 
 /// Live counters for a progress display.
@@ -214,11 +217,22 @@ pub async fn import(
         return Err(TableError::Import(format!("{why}; nothing was imported")));
     }
     tierdb_store::testpoint::pause_at("import-commit");
-    // On failure commit_segments deletes the files if nothing was committed.
-    let segments = tables
-        .commit_segments(&def, segments, false)
-        .await
-        .map_err(nothing_committed)?;
+    let segments = match &options.transaction {
+        Some(tx) => {
+            tx.push(crate::tables::PendingWrite {
+                table: def.clone(),
+                segments: segments.clone(),
+                replace: false,
+                removed: Vec::new(),
+            });
+            segments
+        }
+        // On failure commit_segments deletes the files if nothing was committed.
+        None => tables
+            .commit_segments(&def, segments, false)
+            .await
+            .map_err(nothing_committed)?,
+    };
     Ok(ImportSummary {
         files: files.len(),
         bytes: total,

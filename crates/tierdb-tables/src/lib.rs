@@ -13,9 +13,9 @@
 //! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files.
 
 pub mod catalog;
-mod dml;
 pub mod checksum;
 pub mod dfstore;
+mod dml;
 pub mod error;
 pub mod import;
 pub mod joinorder;

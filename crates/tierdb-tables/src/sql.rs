@@ -8,12 +8,12 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::dataframe::DataFrame;
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::dataframe::DataFrame;
 use datafusion::logical_expr::dml::{InsertOp, WriteOp};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -26,8 +26,8 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use crate::catalog::{ColumnDef, ColumnType};
 use crate::error::{Result, TableError};
 use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema, TierTable};
-use crate::txn::{Transaction, TxSlot};
 use crate::tables::{NewTable, Tables};
+use crate::txn::{Transaction, TxSlot};
 
 pub const CATALOG: &str = "tierdb";
 pub const SCHEMA: &str = "public";
@@ -275,6 +275,10 @@ pub enum StatementKind {
     Begin,
     Commit,
     Rollback,
+    Savepoint,
+    Release,
+    /// ROLLBACK TO SAVEPOINT.
+    RollbackTo,
     /// CREATE TABLE, DROP TABLE: committed at once, also inside a transaction.
     Ddl,
     /// VACUUM: deletes unreferenced segment files.
@@ -293,7 +297,12 @@ impl StatementKind {
         match s.as_ref() {
             SqlStatement::StartTransaction { .. } => StatementKind::Begin,
             SqlStatement::Commit { .. } => StatementKind::Commit,
+            SqlStatement::Rollback {
+                savepoint: Some(_), ..
+            } => StatementKind::RollbackTo,
             SqlStatement::Rollback { .. } => StatementKind::Rollback,
+            SqlStatement::Savepoint { .. } => StatementKind::Savepoint,
+            SqlStatement::ReleaseSavepoint { .. } => StatementKind::Release,
             SqlStatement::CreateTable(_) | SqlStatement::Drop { .. } => StatementKind::Ddl,
             SqlStatement::Vacuum(_) => StatementKind::Vacuum,
             SqlStatement::Insert(_) | SqlStatement::Update(_) | SqlStatement::Delete(_) => {
@@ -357,6 +366,11 @@ impl SqlSession {
 
     pub fn in_transaction(&self) -> bool {
         self.slot.current().is_some()
+    }
+
+    /// The open transaction, if any.
+    pub fn transaction(&self) -> Option<Arc<Transaction>> {
+        self.slot.current()
     }
 
     /// Inside a transaction that a failed statement aborted.
@@ -472,6 +486,51 @@ impl SqlSession {
         }
     }
 
+    async fn savepoint(&self, kind: StatementKind, stmt: &DfStatement) -> Result<Outcome> {
+        let name = match stmt {
+            DfStatement::Statement(s) => match s.as_ref() {
+                SqlStatement::Savepoint { name } | SqlStatement::ReleaseSavepoint { name } => {
+                    name.value.clone()
+                }
+                SqlStatement::Rollback {
+                    savepoint: Some(name),
+                    ..
+                } => name.value.clone(),
+                _ => String::new(),
+            },
+            _ => String::new(),
+        };
+        let Some(tx) = self.transaction() else {
+            return Err(TableError::Transaction {
+                code: "25P01",
+                message: format!(
+                    "{} can only be used in transaction blocks",
+                    match kind {
+                        StatementKind::Savepoint => "SAVEPOINT",
+                        StatementKind::Release => "RELEASE SAVEPOINT",
+                        _ => "ROLLBACK TO SAVEPOINT",
+                    }
+                ),
+            });
+        };
+        Ok(Outcome::Command(match kind {
+            StatementKind::Savepoint => {
+                tx.savepoint(&name);
+                "SAVEPOINT".into()
+            }
+            StatementKind::Release => {
+                tx.release(&name)?;
+                "RELEASE".into()
+            }
+            _ => {
+                tx.rollback_to(&name, &self.tables).await?;
+                self.aborted
+                    .store(false, std::sync::atomic::Ordering::Release);
+                "ROLLBACK".into()
+            }
+        }))
+    }
+
     /// The plan of a statement DataFusion plans (a query, INSERT, UPDATE, DELETE), with
     /// its parameters (`$1`…) still in it; `None` for statements tierdb runs itself.
     pub async fn plan(&self, stmt: &DfStatement) -> Result<Option<LogicalPlan>> {
@@ -496,7 +555,12 @@ impl SqlSession {
         plan: Option<LogicalPlan>,
     ) -> Result<Outcome> {
         let kind = StatementKind::of(&stmt);
-        if self.is_aborted() && !matches!(kind, StatementKind::Commit | StatementKind::Rollback) {
+        if self.is_aborted()
+            && !matches!(
+                kind,
+                StatementKind::Commit | StatementKind::Rollback | StatementKind::RollbackTo
+            )
+        {
             return Err(TableError::Transaction {
                 code: "25P02",
                 message: "current transaction is aborted, commands ignored until end of \
@@ -518,6 +582,9 @@ impl SqlSession {
             StatementKind::Rollback => {
                 self.rollback().await;
                 return Ok(Outcome::Command("ROLLBACK".into()));
+            }
+            StatementKind::Savepoint | StatementKind::Release | StatementKind::RollbackTo => {
+                return self.savepoint(kind, &stmt).await;
             }
             StatementKind::Vacuum => {
                 let plan = self.tables.vacuum(DEFAULT_VACUUM_RETAIN).await?;
@@ -575,10 +642,7 @@ impl SqlSession {
                         )));
                     }
                 };
-                let df = self
-                    .ctx
-                    .execute_logical_plan(LogicalPlan::Dml(dml))
-                    .await?;
+                let df = self.ctx.execute_logical_plan(LogicalPlan::Dml(dml)).await?;
                 let n = inserted(&df.collect().await?);
                 Ok(Outcome::Command(format!("{op} {n}")))
             }

@@ -382,10 +382,7 @@ impl Tables {
         }
         // Retirement records of files already gone (deleted by hand, or a VACUUM that
         // stopped between deleting and forgetting).
-        plan.stale_records = retired
-            .into_keys()
-            .filter(|p| !seen.contains(p))
-            .collect();
+        plan.stale_records = retired.into_keys().filter(|p| !seen.contains(p)).collect();
         Ok(plan)
     }
 

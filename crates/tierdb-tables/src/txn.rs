@@ -21,6 +21,8 @@ use crate::tables::{PendingWrite, Tables};
 #[derive(Debug, Default)]
 pub struct Transaction {
     writes: Mutex<Vec<PendingWrite>>,
+    /// Savepoints, oldest first: a name and how many writes there were when it was set.
+    savepoints: Mutex<Vec<(String, usize)>>,
 }
 
 impl Transaction {
@@ -35,6 +37,37 @@ impl Transaction {
     /// The writes, leaving the transaction empty.
     pub fn take(&self) -> Vec<PendingWrite> {
         std::mem::take(&mut *self.writes.lock())
+    }
+
+    /// `SAVEPOINT name`.
+    pub fn savepoint(&self, name: &str) {
+        let at = self.writes.lock().len();
+        self.savepoints.lock().push((name.to_string(), at));
+    }
+
+    /// `RELEASE SAVEPOINT name`: forgets it and every later savepoint; keeps the writes.
+    pub fn release(&self, name: &str) -> Result<()> {
+        let mut sp = self.savepoints.lock();
+        let i = find(&sp, name)?;
+        sp.truncate(i);
+        Ok(())
+    }
+
+    /// `ROLLBACK TO SAVEPOINT name`: undoes the writes made since it (their files are
+    /// deleted), forgets later savepoints and keeps this one.
+    pub async fn rollback_to(&self, name: &str, tables: &Tables) -> Result<()> {
+        let undone: Vec<SegmentMeta> = {
+            let mut sp = self.savepoints.lock();
+            let i = find(&sp, name)?;
+            let at = sp[i].1;
+            sp.truncate(i + 1);
+            let mut writes = self.writes.lock();
+            let at = at.min(writes.len());
+            let tail = writes.split_off(at);
+            tail.into_iter().flat_map(|w| w.segments).collect()
+        };
+        tables.discard(&undone).await;
+        Ok(())
     }
 
     /// `committed` (the table's segments as of planning) as this transaction sees them.
@@ -65,6 +98,16 @@ impl Transaction {
         let written: Vec<SegmentMeta> = self.take().into_iter().flat_map(|w| w.segments).collect();
         tables.discard(&written).await;
     }
+}
+
+fn find(savepoints: &[(String, usize)], name: &str) -> Result<usize> {
+    savepoints
+        .iter()
+        .rposition(|(n, _)| n == name)
+        .ok_or_else(|| crate::TableError::Transaction {
+            code: "3B001",
+            message: format!("savepoint \"{name}\" does not exist"),
+        })
 }
 
 /// The transaction a session is in, if any (a DataFusion config extension).

@@ -230,6 +230,7 @@ fn import_options(dir: &Path, max_rejects: u64) -> ImportOptions {
         max_rejects,
         reject_file: dir.join("rejects.txt"),
         threads: 2,
+        transaction: None,
     }
 }
 
