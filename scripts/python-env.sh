@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates the Python environment for the tierdb package and its ZODB tests in
-# ~/.cache/tierdb/venv (pip: ZODB, zodburi, ZConfig, pytest, maturin, and DuckDB for the SQL
-# comparison) and builds the
+# ~/.cache/tierdb/venv (pip: ZODB, zodburi, ZConfig, pytest, maturin, DuckDB for the SQL
+# comparison, and the PostgreSQL drivers `tierdb serve` is tested with) and builds the
 # package into it with maturin (not with --deps-only: for scripts that build it themselves,
 # in release, or do not need it). Prints the venv's python path last.
 set -euo pipefail
@@ -10,7 +10,8 @@ VENV=${TIERDB_VENV:-$HOME/.cache/tierdb/venv}
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/pip" install -q --disable-pip-version-check "ZODB[test]>=6" zodburi ZConfig zope.testing manuel pytest "maturin>=1.5,<2" duckdb
+"$VENV/bin/pip" install -q --disable-pip-version-check "ZODB[test]>=6" zodburi ZConfig zope.testing manuel pytest "maturin>=1.5,<2" duckdb \
+  "psycopg[binary]>=3.2" psycopg2-binary "sqlalchemy>=2" pandas asyncpg
 if [ "${1:-}" != "--deps-only" ]; then
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
   (cd python && VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" maturin develop -q)

@@ -13,6 +13,7 @@ mod serve;
 mod sql_cmd;
 mod stats;
 mod store_cmd;
+mod vacuum_cmd;
 mod warm_cmd;
 mod zodb_cmd;
 
@@ -62,8 +63,13 @@ enum Command {
     /// The Star Schema Benchmark: generate its data, load it.
     #[command(subcommand)]
     Ssb(sql_cmd::SsbCommand),
-    /// Serve a database's tables over the PostgreSQL wire protocol (psql works).
+    /// Serve a database's tables over the PostgreSQL wire protocol (psql, PostgreSQL
+    /// drivers and tools).
     Serve(serve::ServeArgs),
+    /// Delete segment files no table references any more (replaced by UPDATE, DELETE or
+    /// INSERT OVERWRITE, dropped, or never committed) once no reader can still use them;
+    /// --dry-run lists them.
+    Vacuum(vacuum_cmd::VacuumArgs),
     /// Show a database's format, size, LSM levels and cache statistics (read-only: it does
     /// not disturb a running writer).
     Info {
@@ -121,6 +127,7 @@ fn main() -> ExitCode {
             Command::Import(args) => sql_cmd::run_import(args).await,
             Command::Ssb(cmd) => sql_cmd::run_ssb(cmd).await,
             Command::Serve(args) => serve::run_serve(args).await,
+            Command::Vacuum(args) => vacuum_cmd::run_vacuum(args).await,
             Command::Info { db, format, tiers } => kv_cmd::run_info(db, format, tiers).await,
             Command::Clone { src, dst, tiers } => kv_cmd::run_clone(src, dst, tiers).await,
             Command::Warm(args) => warm_cmd::run_warm(args).await,

@@ -19,6 +19,7 @@ use datafusion::arrow::array::Array;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions as ArrowFormat};
 use datafusion::common::ParamValues;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
@@ -373,6 +374,7 @@ impl ConnState {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = self.session().await?;
+        tracing::debug!(statement = %stmt, bound = plan.is_some(), "run");
         if let Some(r) = show_server_version(&stmt) {
             return r;
         }
@@ -816,7 +818,7 @@ impl QueryParser for ConnState {
                 .into_iter()
                 .map(|t| match t {
                     Some(t) => into_pg_type(&t),
-                    None => Ok(Type::UNKNOWN),
+                    None => Ok(Type::TEXT),
                 })
                 .collect(),
             None => Ok(Vec::new()),
@@ -985,9 +987,17 @@ fn bind_parameters(
             .get(i)
             .is_some_and(|t| t.as_ref().is_some_and(|t| *t != Type::UNKNOWN))
     };
+    // A parameter nothing gives a type to is text, as in PostgreSQL (then cast by the
+    // statement); without a type at all pgwire's decoder would skip it.
     let server: Vec<Option<Type>> = types
         .iter()
-        .map(|t| t.as_ref().and_then(|t| into_pg_type(t).ok()))
+        .map(|t| {
+            Some(
+                t.as_ref()
+                    .and_then(|t| into_pg_type(t).ok())
+                    .unwrap_or(Type::TEXT),
+            )
+        })
         .collect();
     let decode_as: Vec<Option<&DataType>> = types
         .iter()
@@ -1039,6 +1049,24 @@ fn parameter_types(plan: &LogicalPlan, declared: usize) -> PgWireResult<Vec<Opti
         }
         out[n - 1] = ty;
     }
+    // `$1::BIGINT`: DataFusion leaves the placeholder untyped; its cast says what it is.
+    let _ = plan.apply(|node| {
+        for e in node.expressions() {
+            let _ = e.apply(|e| {
+                if let datafusion::logical_expr::Expr::Cast(c) = e
+                    && let datafusion::logical_expr::Expr::Placeholder(p) = c.expr.as_ref()
+                    && let Some(n) = p.id.trim_start_matches('$').parse::<usize>().ok()
+                    && n >= 1
+                    && n <= out.len()
+                    && out[n - 1].is_none()
+                {
+                    out[n - 1] = Some(c.field.data_type().clone());
+                }
+                Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+            });
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    });
     Ok(out)
 }
 

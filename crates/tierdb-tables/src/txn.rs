@@ -90,7 +90,10 @@ impl Transaction {
         if writes.is_empty() {
             return Ok(());
         }
-        tables.commit_writes(writes).await.map(|_| ())
+        tierdb_store::testpoint::pause_at("txn-commit");
+        tables.commit_writes(writes).await?;
+        tierdb_store::testpoint::pause_at("txn-committed");
+        Ok(())
     }
 
     /// Discards every write: deletes the segment files it wrote (never committed).
