@@ -45,6 +45,9 @@ if ! command -v psql >/dev/null; then
 fi
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 1500 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_sql.py")
+echo "== tierdb serve with PostgreSQL clients: psycopg 3, psycopg2, SQLAlchemy, pandas, asyncpg, psql; bad input, SIGKILL during COMMIT, TLS, VACUUM (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_pg.py")
 echo "== ZODB blob suites and IExternalGC (zope.testrunner) on a local directory, MinIO and FileStorage"
 # The doctests check that a committed blob file cannot be opened for writing, which root
 # (CAP_DAC_OVERRIDE) always can: as root, run them with every capability dropped.

@@ -156,6 +156,55 @@ async fn the_extent_map_skips_segments_before_any_file_is_opened() {
     assert_eq!(with, vec![vec!["100".to_string(), expected.to_string()]]);
 }
 
+/// UPDATE and DELETE rewrite only the segments holding affected rows: the others keep
+/// their files, and the rewritten ones are replaced in one commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_and_delete_rewrite_only_affected_segments() {
+    let (e, _) = engine(100).await;
+    e.sql(
+        "CREATE TABLE m (k INT NOT NULL, v BIGINT NOT NULL) ORDER BY (k);
+         INSERT INTO m SELECT CAST(value AS INT) AS k, value AS v FROM generate_series(0, 999)",
+    )
+    .await
+    .unwrap();
+    let def = e.tables().require("m").await.unwrap();
+    let paths = |segs: Vec<tierdb_tables::catalog::SegmentMeta>| {
+        segs.into_iter()
+            .map(|s| s.path)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let before = paths(e.tables().segments(&def).await.unwrap());
+    assert_eq!(before.len(), 10);
+    // k 150..=160 lives in one segment (100..199).
+    let r = e
+        .sql("UPDATE m SET v = -v WHERE k BETWEEN 150 AND 160")
+        .await
+        .unwrap();
+    assert_eq!(r[0].command.as_deref(), Some("UPDATE 11"));
+    let after = paths(e.tables().segments(&def).await.unwrap());
+    assert_eq!(before.difference(&after).count(), 1, "one segment replaced");
+    assert_eq!(after.difference(&before).count(), 1, "by one new segment");
+    let r = e
+        .sql("DELETE FROM m WHERE k >= 990 OR k < 5")
+        .await
+        .unwrap();
+    assert_eq!(r[0].command.as_deref(), Some("DELETE 15"));
+    let last = paths(e.tables().segments(&def).await.unwrap());
+    assert_eq!(
+        after.difference(&last).count(),
+        2,
+        "the first and last segments replaced"
+    );
+    let sum: i64 = (0..1000i64)
+        .filter(|k| (5..990).contains(k))
+        .map(|k| if (150..=160).contains(&k) { -k } else { k })
+        .sum();
+    assert_eq!(
+        rows(&e, "SELECT count(*), sum(v) FROM m").await,
+        vec![vec!["985".to_string(), sum.to_string()]]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_segment_mixes_two_partition_values() {
     let (e, _) = engine(1000).await;

@@ -1,0 +1,252 @@
+"""`tierdb serve` as PostgreSQL clients see it: the drivers of pg_clients.py, psql's `\\dt`
+and `\\d`, bad input (wrong parameters, an aborted transaction, malformed COPY rows, TLS
+on a plain port) answered with the right SQLSTATE and the server staying up, a SIGKILL
+during COMMIT (all of the transaction or none), TLS, and VACUUM.
+
+Needs the `tierdb` binary (TIERDB_BIN, else the debug build in CARGO_TARGET_DIR) and the
+drivers (scripts/python-env.sh installs them)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pg_clients  # noqa: E402
+from pg_clients import PASSWORD, dsn, serve  # noqa: E402
+
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/tierdb/target"))
+BIN = os.environ.get("TIERDB_BIN", os.path.join(TARGET, "debug", "tierdb"))
+
+
+def tierdb(*args, ok=True, **kw):
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=600, **kw)
+    if ok:
+        assert p.returncode == 0, "tierdb %s failed:\n%s\n%s" % (args, p.stdout, p.stderr)
+    return p
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = str(tmp_path / "db")
+    tierdb("sql", path, "--create", "-c", "SELECT 1")
+    return path
+
+
+@pytest.fixture
+def server(db, tmp_path):
+    with serve(BIN, db, log=str(tmp_path / "serve.log")) as (proc, port):
+        yield proc, port
+
+
+@pytest.mark.parametrize("name,check", pg_clients.CLIENTS, ids=[n.split(" (")[0] for n, _ in pg_clients.CLIENTS])
+def test_driver(server, name, check):
+    proc, port = server
+    check(port, "t")
+    assert proc.poll() is None, "the server stays up"
+
+
+def psql(port, *args, password=PASSWORD):
+    env = dict(os.environ, PGPASSWORD=password, PGCONNECT_TIMEOUT="10")
+    return subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "tierdb", "-d", "tierdb", "-X", *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed (scripts/test.sh installs it)")
+def test_psql_describes_tables(server):
+    _, port = server
+    p = psql(port, "-c", "CREATE TABLE t (id INT NOT NULL, name VARCHAR, price DECIMAL(10,2), day DATE, ok BOOLEAN, x DOUBLE) ORDER BY (id)")
+    assert p.returncode == 0, p.stderr
+    p = psql(port, "-c", r"\dt")
+    assert p.returncode == 0, p.stderr
+    assert [l.split("|")[1].strip() for l in p.stdout.splitlines() if "| table" in l] == ["t"], p.stdout
+    p = psql(port, "-c", r"\d t")
+    assert p.returncode == 0, p.stderr
+    assert 'Table "public.t"' in p.stdout, p.stdout
+    rows = {l.split("|")[0].strip(): [c.strip() for c in l.split("|")[1:]] for l in p.stdout.splitlines() if l.count("|") >= 4}
+    assert rows["id"][0] == "integer" and rows["id"][2] == "not null", p.stdout
+    assert rows["name"][0] == "text" and rows["name"][2] == "", p.stdout
+    assert rows["price"][0] == "numeric" and rows["day"][0] == "date", p.stdout
+    assert rows["ok"][0] == "boolean" and rows["x"][0] == "double precision", p.stdout
+    p = psql(port, "-c", r"\l")
+    assert p.returncode == 0 and "tierdb" in p.stdout, p.stdout + p.stderr
+    p = psql(port, "-c", r"\dn")
+    assert p.returncode == 0 and "public" in p.stdout, p.stdout + p.stderr
+    # \copy in and out goes through COPY FROM STDIN / TO STDOUT.
+    data = Path(p.args[0]).parent  # any directory
+    src = Path(os.environ.get("TMPDIR", "/tmp")) / f"copy-{port}.csv"
+    src.write_text("1,one,1.50,2024-01-02,t,0.5\n2,,,,,\n")
+    p = psql(port, "-c", rf"\copy t from '{src}' csv")
+    assert p.returncode == 0 and "COPY 2" in p.stdout, p.stdout + p.stderr
+    p = psql(port, "-A", "-t", "-c", "COPY (SELECT id, name, ok FROM t ORDER BY id) TO STDOUT WITH (FORMAT csv)")
+    assert p.stdout.splitlines() == ["1,one,t", "2,,"], p.stdout + p.stderr
+    src.unlink()
+    del data
+
+
+def sqlstate(fn):
+    import psycopg
+    try:
+        fn()
+    except psycopg.Error as e:
+        return e.sqlstate, str(e)
+    return None, None
+
+
+def test_bad_input_gets_sqlstates_and_the_server_stays_up(server):
+    import psycopg
+    proc, port = server
+    with psycopg.connect(dsn(port), autocommit=True) as c:
+        c.execute("CREATE TABLE b (k INT NOT NULL, v VARCHAR)")
+        c.execute("INSERT INTO b VALUES (1, 'one')")
+        # Wrong number of parameters (below psycopg, which would refuse to send them).
+        res = c.pgconn.exec_params(b"SELECT * FROM b WHERE k = $1", [b"1", b"2"])
+        assert res.status == psycopg.pq.ExecStatus.FATAL_ERROR
+        assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"08P01", res.error_message
+        # A parameter that is not of its type.
+        res = c.pgconn.exec_params(b"SELECT * FROM b WHERE k = $1", [b"many"])
+        assert res.status == psycopg.pq.ExecStatus.FATAL_ERROR
+        assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) in (b"22P02", b"22023"), res.error_message
+        # An unknown prepared statement.
+        res = c.pgconn.exec_prepared(b"nosuch", [])
+        assert res.status == psycopg.pq.ExecStatus.FATAL_ERROR
+        assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"26000", res.error_message
+        # COMMIT without BEGIN: a warning, as in PostgreSQL.
+        notices = []
+        c.add_notice_handler(lambda d: notices.append(d.sqlstate))
+        c.execute("COMMIT")
+        assert notices == ["25P01"], notices
+    with psycopg.connect(dsn(port)) as c:
+        c.execute("INSERT INTO b VALUES (2, 'two')")
+        code, _ = sqlstate(lambda: c.execute("SELECT * FROM nosuch"))
+        assert code == "42P01"
+        code, msg = sqlstate(lambda: c.execute("SELECT 1"))
+        assert code == "25P02", msg
+        c.rollback()
+        assert c.execute("SELECT count(*) FROM b").fetchone() == (1,), "the failed transaction left nothing"
+        # COPY with a malformed row: an error, nothing of it copied.
+        def bad_copy():
+            with c.cursor().copy("COPY b FROM STDIN (FORMAT csv)") as cp:
+                cp.write("3,three\nfour,4\n")
+        code, msg = sqlstate(bad_copy)
+        assert code == "22P04" and "line 2" in msg, (code, msg)
+        c.rollback()
+        assert c.execute("SELECT count(*) FROM b").fetchone() == (1,)
+    # TLS asked of a plain port: refused cleanly.
+    with pytest.raises(psycopg.OperationalError, match="SSL"):
+        psycopg.connect(dsn(port) + " sslmode=require")
+    with psycopg.connect(dsn(port)) as c:
+        assert c.execute("SELECT count(*) FROM b").fetchone() == (1,)
+    assert proc.poll() is None, "the server stays up"
+
+
+@pytest.mark.parametrize("pause,expect", [("txn-commit", 0), ("txn-committed", 2)])
+def test_sigkill_during_commit_keeps_all_or_nothing(db, tmp_path, pause, expect):
+    """Killed at a known point of COMMIT (a debug build's pause point, never a sleep):
+    before the catalog commit nothing of the transaction is there, after it all of it."""
+    import psycopg
+    tierdb("sql", db, "-c", "CREATE TABLE k (n INT NOT NULL)")
+    env = dict(os.environ, TIERDB_TEST_PAUSE_AT=pause)
+    log = tmp_path / "serve.log"
+    with serve(BIN, db, env=env, log=str(log)) as (proc, port):
+        c = psycopg.connect(dsn(port))
+        c.execute("INSERT INTO k VALUES (1)")
+        c.execute("INSERT INTO k VALUES (2)")
+        import threading
+        t = threading.Thread(target=lambda: sqlstate(c.commit), daemon=True)
+        t.start()
+        import time
+        deadline = time.time() + 120
+        while f"paused at {pause}" not in log.read_text():
+            assert time.time() < deadline and proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+    out = tierdb("sql", db, "--format", "csv", "-c", "SELECT count(*) AS n FROM k").stdout.split()
+    assert out[-1] == str(expect), out
+
+
+def test_tls(db, tmp_path):
+    import psycopg
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "1", "-subj", "/CN=localhost"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("openssl cannot make a certificate here: " + r.stderr[-200:])
+    with serve(BIN, db, "--tls-cert", cert, "--tls-key", key, log=str(tmp_path / "serve.log")) as (_, port):
+        with psycopg.connect(dsn(port) + " sslmode=require") as c:
+            assert c.execute("SELECT 1").fetchone() == (1,)
+            assert c.pgconn.ssl_in_use
+    # Not on loopback without TLS: refused unless --insecure.
+    p = tierdb("serve", db, "--listen", "0.0.0.0:0", ok=False, env=dict(os.environ, TIERDB_PASSWORD="x"))
+    assert p.returncode != 0 and "--insecure" in p.stderr, p.stderr
+    p = tierdb("serve", db, "--listen", "127.0.0.1:0", "--tls-cert", tmp_path / "nosuch.pem", "--tls-key", key,
+               ok=False, env=dict(os.environ, TIERDB_PASSWORD="x"))
+    assert p.returncode != 0 and "nosuch.pem" in p.stderr, p.stderr
+
+
+def test_vacuum_deletes_only_unreferenced_files(db, tmp_path):
+    """UPDATE, DELETE and DROP TABLE retire segment files; an import killed before its commit
+    leaves one nobody retired. VACUUM deletes exactly those (after --retain), never one a
+    table references, and the answers stay the same; a scan that planned before an UPDATE
+    still reads its files while VACUUM (default retention) runs beside it."""
+    import psycopg
+    tierdb("sql", db, "-c", "CREATE TABLE v (p INT NOT NULL, k INT NOT NULL) PARTITION BY p ORDER BY (k); "
+                            "INSERT INTO v VALUES (1, 1), (1, 2), (2, 3), (2, 4), (3, 5); "
+                            "CREATE TABLE gone (k INT NOT NULL); INSERT INTO gone VALUES (1)")
+    root = Path(db) / "tables"
+    before = sorted(str(p) for p in root.rglob("*.parquet"))
+    assert len(before) == 4, before
+    tierdb("sql", db, "-c", "UPDATE v SET k = k * 10 WHERE p = 1; DELETE FROM v WHERE p = 3; DROP TABLE gone")
+    # An import killed before its commit (at its pause point) leaves a file.
+    csv = tmp_path / "rows.csv"
+    csv.write_text("p,k\n9,9\n")
+    env = dict(os.environ, TIERDB_TEST_PAUSE_AT="import-commit")
+    proc = subprocess.Popen([BIN, "import", db, "v", str(csv)], env=env, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "paused at import-commit" in line:
+            break
+    proc.kill()
+    proc.wait()
+    answer = tierdb("sql", db, "--format", "csv", "-c", "SELECT p, k FROM v ORDER BY p, k").stdout
+    dry = tierdb("vacuum", db, "--dry-run", "--retain", "0s", "--format", "json").stdout
+    import json
+    plan = json.loads(dry)
+    # Retired: the old p=1 and p=3 segments and gone's; never committed: the import's.
+    assert len(plan["files"]) == 4, plan
+    assert sum(1 for f in plan["files"] if not f["retired"]) == 1, plan
+    kept = tierdb("vacuum", db, "--retain", "1h", "--format", "json").stdout
+    assert json.loads(kept)["files"] == [], kept
+    tierdb("vacuum", db, "--retain", "0s")
+    after = sorted(str(p) for p in root.rglob("*.parquet"))
+    assert len(after) == 2, after  # v's p=1 (rewritten) and p=2 segments
+    assert tierdb("sql", db, "--format", "csv", "-c", "SELECT p, k FROM v ORDER BY p, k").stdout == answer
+    assert tierdb("vacuum", db, "--dry-run", "--retain", "0s", "--format", "json").stdout.count('"path"') == 0
+    # Beside a running scan: a portal suspended after its first rows (asyncpg's cursor
+    # fetches with a row limit) holds its plan and files while another connection rewrites
+    # the table and VACUUMs (default retention); the scan still reads every row it planned.
+    tierdb("sql", db, "-c", "INSERT INTO v SELECT 5, CAST(value AS INT) FROM generate_series(1, 20000)")
+    import asyncio
+    import asyncpg
+
+    async def scan_beside_vacuum(port):
+        args = dict(host="127.0.0.1", port=port, user="tierdb", password=PASSWORD, database="tierdb")
+        reader, writer = await asyncpg.connect(**args), await asyncpg.connect(**args)
+        try:
+            async with reader.transaction():
+                cur = await reader.cursor("SELECT k FROM v WHERE p = 5")
+                first = await cur.fetch(10)
+                assert await writer.execute("DELETE FROM v WHERE p = 5") == "DELETE 20000"
+                await writer.execute("VACUUM")
+                rest = await cur.fetch(100000)
+            return len(first) + len(rest)
+        finally:
+            await reader.close()
+            await writer.close()
+
+    with serve(BIN, db, log=str(tmp_path / "serve.log")) as (_, port):
+        assert asyncio.run(scan_beside_vacuum(port)) == 20000
+    assert tierdb("sql", db, "--format", "csv", "-c", "SELECT count(*) AS n FROM v WHERE p = 5").stdout.split()[-1] == "0"
