@@ -158,7 +158,7 @@ impl datafusion::logical_expr::ScalarUDFImpl for JsonBuildObject {
         args: datafusion::logical_expr::ScalarFunctionArgs,
     ) -> datafusion::error::Result<datafusion::logical_expr::ColumnarValue> {
         use datafusion::arrow::array::StringBuilder;
-        if args.args.len() % 2 != 0 {
+        if !args.args.len().is_multiple_of(2) {
             return Err(datafusion::error::DataFusionError::Execution(
                 "json_build_object takes keys and values in pairs".into(),
             ));
