@@ -250,3 +250,34 @@ def test_vacuum_deletes_only_unreferenced_files(db, tmp_path):
     with serve(BIN, db, log=str(tmp_path / "serve.log")) as (_, port):
         assert asyncio.run(scan_beside_vacuum(port)) == 20000
     assert tierdb("sql", db, "--format", "csv", "-c", "SELECT count(*) AS n FROM v WHERE p = 5").stdout.split()[-1] == "0"
+
+
+def test_a_slow_query_stalls_no_one_and_cancel_stops_it(server):
+    """Connection A runs a query that would take hours; B's queries and writes complete
+    meanwhile (their answers are checked while A is still running); a CancelRequest
+    stops A with 57014, and A's connection goes on."""
+    import threading
+    import psycopg
+    _, port = server
+    a = psycopg.connect(dsn(port), autocommit=True)
+    result = {}
+
+    def slow():
+        try:
+            a.execute("SELECT count(*) FROM generate_series(1, 100000000000) AS s(v) WHERE v % 7 = 3").fetchall()
+            result["a"] = "finished"
+        except psycopg.Error as e:
+            result["a"] = e.sqlstate
+
+    t = threading.Thread(target=slow, daemon=True)
+    t.start()
+    with psycopg.connect(dsn(port), autocommit=True) as b:
+        b.execute("CREATE TABLE q (k INT NOT NULL)")
+        b.execute("INSERT INTO q VALUES (1), (2)")
+        assert b.execute("SELECT sum(k) FROM q").fetchone() == (3,)
+    assert t.is_alive() and "a" not in result, "A was still running while B worked"
+    a.cancel_safe()
+    t.join(timeout=120)
+    assert result.get("a") == "57014", result
+    assert a.execute("SELECT count(*) FROM q").fetchone() == (2,)
+    a.close()

@@ -33,7 +33,6 @@ use datafusion_postgres::arrow_pg::datatypes::{
 use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use datafusion_postgres::hooks::set_show::SetShowHook;
 use futures::{Sink, SinkExt, StreamExt};
-use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
@@ -256,7 +255,56 @@ pub struct ConnState {
     parser: PostgresCompatibilityParser,
     current: tokio::sync::Mutex<Option<(Arc<SqlEngine>, Arc<SqlSession>)>>,
     copy: tokio::sync::Mutex<Option<CopyIn>>,
-    cancel: Arc<DefaultCancelHandler>,
+    cancels: Arc<Cancels>,
+    /// Bumped by a CancelRequest for this connection: a query's rows stop.
+    cancel_gen: Arc<tokio::sync::watch::Sender<u64>>,
+    /// This connection's (pid, secret key), once registered with `cancels`.
+    key: std::sync::Mutex<Option<(i32, Bytes)>>,
+}
+
+impl Drop for ConnState {
+    fn drop(&mut self) {
+        let key = self.key.lock().ok().and_then(|mut k| k.take());
+        if let Some(k) = key
+            && let Ok(mut running) = self.cancels.running.lock()
+        {
+            running.remove(&k);
+        }
+    }
+}
+
+/// CancelRequests: pgwire's connection manager stops a statement still being planned or
+/// written (its `do_query`); the connection's own generation counter stops a query whose
+/// rows are being streamed after that returned.
+pub struct Cancels {
+    manager: Arc<pgwire::api::ConnectionManager>,
+    running: std::sync::Mutex<std::collections::HashMap<ConnectionKey, Generation>>,
+}
+
+/// A connection's pid and secret key, as CancelRequests name it.
+type ConnectionKey = (i32, Bytes);
+/// A counter a CancelRequest bumps.
+type Generation = Arc<tokio::sync::watch::Sender<u64>>;
+
+impl Cancels {
+    pub fn new(manager: Arc<pgwire::api::ConnectionManager>) -> Arc<Self> {
+        Arc::new(Cancels {
+            manager,
+            running: Default::default(),
+        })
+    }
+}
+
+#[async_trait]
+impl pgwire::api::cancel::CancelHandler for Cancels {
+    async fn on_cancel_request(&self, request: pgwire::messages::cancel::CancelRequest) {
+        self.manager.cancel(request.pid, &request.secret_key).await;
+        let key = (request.pid, request.secret_key.to_bytes());
+        let generation = self.running.lock().ok().and_then(|r| r.get(&key).cloned());
+        if let Some(g) = generation {
+            g.send_modify(|n| *n += 1);
+        }
+    }
 }
 
 /// The handlers of one connection (pgwire asks for them once per connection); `S` is the
@@ -287,7 +335,7 @@ where
     }
 
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
-        self.conn.cancel.clone()
+        self.conn.cancels.clone()
     }
 
     fn error_handler(&self) -> Arc<impl ErrorHandler> {
@@ -296,14 +344,32 @@ where
 }
 
 impl ConnState {
-    pub fn new(database: Arc<Database>, cancel: Arc<DefaultCancelHandler>) -> Arc<Self> {
+    pub fn new(database: Arc<Database>, cancels: Arc<Cancels>) -> Arc<Self> {
         Arc::new(ConnState {
             database,
             parser: PostgresCompatibilityParser::new(),
             current: tokio::sync::Mutex::new(None),
             copy: tokio::sync::Mutex::new(None),
-            cancel,
+            cancels,
+            cancel_gen: Arc::new(tokio::sync::watch::channel(0).0),
+            key: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Registers this connection for CancelRequests (once its pid and key are known) and
+    /// returns a receiver that changes when the running query is to stop.
+    fn cancel_watch<C: ClientInfo>(&self, client: &C) -> tokio::sync::watch::Receiver<u64> {
+        if let Ok(mut key) = self.key.lock()
+            && key.is_none()
+        {
+            let (pid, secret) = client.pid_and_secret_key();
+            let k = (pid, secret.to_bytes());
+            if let Ok(mut running) = self.cancels.running.lock() {
+                running.insert(k.clone(), self.cancel_gen.clone());
+            }
+            *key = Some(k);
+        }
+        self.cancel_gen.subscribe()
     }
 
     /// This connection's session on the live engine. After the engine was reopened the
@@ -434,6 +500,7 @@ impl ConnState {
         }
         let timeout = statement_timeout(client);
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let cancel = self.cancel_watch(client);
         let run = session.execute_outcome(df, plan);
         let outcome = match deadline {
             Some(d) => match tokio::time::timeout_at(d, run).await {
@@ -474,7 +541,7 @@ impl ConnState {
                     .execute_stream()
                     .await
                     .map_err(|e| self.failed_now(&session, &TableError::from(e)))?;
-                let rows = encode_rows(fields.clone(), stream, deadline);
+                let rows = encode_rows(fields.clone(), stream, deadline, cancel);
                 Ok(Response::Query(QueryResponse::new(fields, rows)))
             }
         }
@@ -1471,12 +1538,15 @@ fn pg_text(ty: &DataType, text: String) -> String {
 }
 
 /// A query's rows, encoded as the client asked (text or binary per column), computed as
-/// they are sent; past the statement timeout the stream ends with SQLSTATE 57014.
+/// they are sent; past the statement timeout, or on a CancelRequest, the stream ends with
+/// SQLSTATE 57014 (and the query's stream is dropped: DataFusion stops).
 fn encode_rows(
     fields: Arc<Vec<FieldInfo>>,
     stream: datafusion::execution::SendableRecordBatchStream,
     deadline: Option<tokio::time::Instant>,
+    mut cancel: tokio::sync::watch::Receiver<u64>,
 ) -> impl futures::Stream<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send + 'static {
+    cancel.mark_unchanged();
     let rows = stream
         .map(move |batch| match batch {
             Ok(b) => {
@@ -1486,16 +1556,20 @@ fn encode_rows(
         })
         .flatten();
     let rows = Box::pin(rows);
-    futures::stream::unfold(Some(rows), move |state| async move {
-        let mut rows = state?;
-        let next = match deadline {
-            None => rows.next().await,
-            Some(d) => tokio::select! {
-                item = rows.next() => item,
-                () = tokio::time::sleep_until(d) => return Some((Err(timed_out()), None)),
-            },
+    futures::stream::unfold(Some((rows, cancel)), move |state| async move {
+        let (mut rows, mut cancel) = state?;
+        let expired = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
         };
-        next.map(|item| (item, Some(rows)))
+        let next = tokio::select! {
+            item = rows.next() => item,
+            () = expired => return Some((Err(timed_out()), None)),
+            Ok(()) = cancel.changed() => return Some((Err(canceled()), None)),
+        };
+        next.map(|item| (item, Some((rows, cancel))))
     })
 }
 
@@ -1600,6 +1674,10 @@ fn timed_out() -> PgWireError {
         "57014",
         "canceling statement due to statement timeout".into(),
     )
+}
+
+fn canceled() -> PgWireError {
+    user_error("57014", "canceling statement due to user request".into())
 }
 
 fn error_info(e: PgWireError) -> ErrorInfo {

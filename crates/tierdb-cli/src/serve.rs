@@ -15,7 +15,6 @@ use pgwire::api::auth::sasl::scram::{ScramAuth, gen_salted_password};
 use pgwire::api::auth::{
     AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
-use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::{ClientInfo, ConnectionManager};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
@@ -347,7 +346,7 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
         password,
     });
     let connections = Arc::new(ConnectionManager::new());
-    let cancel = Arc::new(DefaultCancelHandler::new(connections.clone()));
+    let cancels = crate::pg::Cancels::new(connections.clone());
     let mut parameters = DefaultServerParameterProvider::default();
     parameters.server_version = crate::pg::SERVER_VERSION.to_string();
     let parameters = Arc::new(parameters);
@@ -383,7 +382,7 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
             };
             // Each connection gets its own handlers: its session, its COPY in progress.
             let handlers = Arc::new(crate::pg::Handlers {
-                conn: crate::pg::ConnState::new(database.clone(), cancel.clone()),
+                conn: crate::pg::ConnState::new(database.clone(), cancels.clone()),
                 startup: startup(),
             });
             let tls = tls.clone();
