@@ -2,8 +2,8 @@
 parameterized SELECT, a parameterized INSERT, BEGIN…COMMIT of two INSERTs, a ROLLBACK,
 UPDATE, DELETE, and reflection of tables and columns.
 
-Used by test_pg.py (every check must pass) and, as a script, to print the table of the
-issue that asked for it:
+Used by test_pg.py (every check must pass) and, as a script, to print these checks and
+the table of the issue that asked for them (each cell tried as it was then):
 
     python python/tests/pg_clients.py [--bin tierdb]   # starts a server on a fresh database
 """
@@ -249,6 +249,95 @@ def run_all(port):
     return out
 
 
+def issue_table(port):
+    """The cells of the table the SQL-clients issue opened with, each tried as it was then,
+    on a table `t`: [(client, what, None | error)]."""
+    import shutil
+    env = dict(os.environ, PGPASSWORD=PASSWORD)
+
+    def psql(cmd):
+        if shutil.which("psql") is None:
+            raise RuntimeError("psql is not installed")
+        p = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "tierdb", "-d", "tierdb", "-X", "-c", cmd],
+                           capture_output=True, text=True, env=env, timeout=60)
+        if p.returncode != 0 or "t" not in p.stdout:
+            raise RuntimeError(p.stderr.strip() or p.stdout)
+
+    def p3_params():
+        import psycopg
+        with psycopg.connect(dsn(port)) as c:
+            expect(c.execute("SELECT name FROM t WHERE id = %s", (1,)).fetchall(), [("one",)], "rows")
+
+    def p3_plain():
+        import psycopg
+        with psycopg.connect(dsn(port)) as c:
+            expect(c.execute("SELECT count(*) FROM t").fetchone(), (2,), "rows")
+
+    def p2_params():
+        import psycopg2
+        c = psycopg2.connect(dsn(port))
+        cur = c.cursor()
+        cur.execute("SELECT name FROM t WHERE id = %s", (1,))
+        expect(cur.fetchall(), [("one",)], "rows")
+        c.close()
+
+    def sa_text():
+        import sqlalchemy as sa
+        with sa.create_engine(url(port, "psycopg")).connect() as c:
+            expect(c.execute(sa.text("SELECT name FROM t WHERE id = :i"), {"i": 2}).fetchall(), [("two",)], "rows")
+
+    def sa_inspect():
+        import sqlalchemy as sa
+        expect("t" in sa.inspect(sa.create_engine(url(port, "psycopg"))).get_table_names(), True, "t listed")
+
+    def pd_read():
+        import pandas as pd
+        import sqlalchemy as sa
+        expect(len(pd.read_sql("SELECT * FROM t", sa.create_engine(url(port, "psycopg")))), 2, "rows")
+
+    def asyncpg_fetch():
+        import asyncpg
+
+        async def go():
+            c = await asyncpg.connect(host="127.0.0.1", port=port, user="tierdb", password=PASSWORD, database="tierdb")
+            try:
+                return [tuple(r) for r in await c.fetch("SELECT name FROM t WHERE id = $1", 1)]
+            finally:
+                await c.close()
+        expect(asyncio.run(go()), [("one",)], "rows")
+
+    def update_delete():
+        import psycopg
+        with psycopg.connect(dsn(port), autocommit=True) as c:
+            expect(c.execute("UPDATE t SET name = 'ONE' WHERE id = 1").rowcount, 1, "UPDATE")
+            expect(c.execute("DELETE FROM t WHERE id = 2").rowcount, 1, "DELETE")
+            expect(c.execute("SELECT id, name FROM t").fetchall(), [(1, "ONE")], "rows")
+
+    import psycopg
+    with psycopg.connect(dsn(port), autocommit=True) as c:
+        c.execute("CREATE TABLE t (id INT NOT NULL, name VARCHAR)")
+        c.execute("INSERT INTO t VALUES (1, 'one'), (2, 'two')")
+    cells = [
+        ("psycopg 3", "parameterized SELECT", p3_params),
+        ("psycopg 3", "plain SELECT", p3_plain),
+        ("psycopg2", "parameterized SELECT", p2_params),
+        ("SQLAlchemy", "connect() + text(\"SELECT …\")", sa_text),
+        ("SQLAlchemy", "inspect(engine).get_table_names()", sa_inspect),
+        ("pandas", "read_sql", pd_read),
+        ("asyncpg", "fetch(\"… WHERE id = $1\", 1)", asyncpg_fetch),
+        ("psql", "\\dt, \\d t", lambda: (psql("\\dt"), psql("\\d t"))),
+        ("any client", "UPDATE, DELETE", update_delete),
+    ]
+    out = []
+    for client, what, fn in cells:
+        try:
+            fn()
+            out.append((client, what, None))
+        except Exception as e:  # noqa: BLE001 - the table reports every failure
+            out.append((client, what, f"{type(e).__name__}: {e}".splitlines()[0][:160]))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/tierdb/target"))
@@ -258,13 +347,20 @@ def main():
         db = os.path.join(tmp, "db")
         subprocess.run([args.bin, "sql", db, "--create", "-c", "SELECT 1"], check=True, capture_output=True)
         with serve(args.bin, db) as (_, port):
+            cells = issue_table(port)
             results = run_all(port)
+    print("| client | what | result |")
+    print("|---|---|---|")
+    for client, what, err in cells:
+        print(f"| {client} | {what} | {'pass' if err is None else 'FAIL: ' + err} |")
+    print()
     width = max(len(n) for n, _ in results)
     print(f"| {'client'.ljust(width)} | result |")
     print(f"|{'-' * (width + 2)}|--------|")
     for name, err in results:
         print(f"| {name.ljust(width)} | {'pass' if err is None else 'FAIL: ' + err} |")
-    return 0 if all(e is None for _, e in results) else 1
+    ok = all(e is None for _, e in results) and all(e is None for _, _, e in cells)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
