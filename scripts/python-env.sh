@@ -11,7 +11,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 "$VENV/bin/pip" install -q --disable-pip-version-check "ZODB[test]>=6" zodburi ZConfig zope.testing manuel pytest "maturin>=1.5,<2" duckdb \
-  "psycopg[binary]>=3.2" psycopg2-binary "sqlalchemy>=2" pandas asyncpg
+  "psycopg[binary]>=3.2" psycopg2-binary "sqlalchemy>=2" pandas asyncpg ZEO
 if [ "${1:-}" != "--deps-only" ]; then
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
   (cd python && VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" maturin develop -q)

@@ -56,5 +56,11 @@ if [ "$(id -u)" = 0 ]; then UNPRIV=(setpriv --bounding-set=-all --inh-caps=-all 
 mkdir -p "$ZT/blobs"
 (cd "$ZT/blobs" && PYTHONPATH="$ROOT/python/tests" timeout 900 "${UNPRIV[@]}" "$VENV_BIN/zope-testrunner" \
   --test-path "$ROOT/python/tests" --tests-pattern '^blob_suites$')
+echo "== ZEO's own client-server tests over TierStorage (local, write-back device tier, blobs) and FileStorage (zope.testrunner)"
+mkdir -p "$ZT/zeo"
+(cd "$ZT/zeo" && PYTHONPATH="$ROOT/python/tests" timeout 1200 "$VENV_BIN/zope-testrunner" \
+  --test-path "$ROOT/python/tests" --tests-pattern '^zeo_suites$')
+echo "== runzeo over TierStorage: several client processes, new objects, conflict resolution, SIGTERM (pytest)"
+(cd "$ZT" && timeout 900 "$PY" -m pytest -q -p no:cacheprovider "$ROOT/python/tests/test_zeo.py")
 rm -rf "$ZT"
 echo "== all tests passed"

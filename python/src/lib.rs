@@ -191,9 +191,13 @@ impl Store {
         oid: &[u8],
     ) -> PyResult<(Bound<'p, PyBytes>, Bound<'p, PyBytes>)> {
         let oid = oid_of(oid)?;
-        let (data, tid) = py
-            .detach(|| self.rt.block_on(self.store.load(oid)))
-            .map_err(to_py)?;
+        // A warm load is an in-process lookup: no runtime, no GIL release.
+        let (data, tid) = match self.store.load_cached(oid) {
+            Some(hit) => hit,
+            None => py
+                .detach(|| self.rt.block_on(self.store.load(oid)))
+                .map_err(to_py)?,
+        };
         Ok((b(py, &data), b(py, &tid.to_bytes())))
     }
 
@@ -409,17 +413,23 @@ impl Store {
         }
     }
 
+    /// Up to `limit` transactions from `start` to `stop`, oldest first:
     /// [(tid, status, user, description, extension, [(oid, tid, data|None, data_txn|None)])].
     #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (start, stop, limit=64))]
     fn transactions<'p>(
         &self,
         py: Python<'p>,
         start: &[u8],
         stop: &[u8],
+        limit: usize,
     ) -> PyResult<Vec<Bound<'p, PyAny>>> {
         let (start, stop) = (tid_of(start)?, tid_of(stop)?);
         let txns = py
-            .detach(|| self.rt.block_on(self.store.transactions(start, stop)))
+            .detach(|| {
+                self.rt
+                    .block_on(self.store.transactions_page(start, stop, limit))
+            })
             .map_err(to_py)?;
         let mut out = Vec::with_capacity(txns.len());
         for t in txns {
@@ -448,6 +458,48 @@ impl Store {
             out.push(tuple);
         }
         Ok(out)
+    }
+
+    /// Up to `limit` transactions before `before`, newest first, without their records:
+    /// [(tid, status, user, description, extension)].
+    #[allow(clippy::type_complexity)]
+    fn transactions_desc<'p>(
+        &self,
+        py: Python<'p>,
+        before: &[u8],
+        limit: usize,
+    ) -> PyResult<Vec<Bound<'p, PyAny>>> {
+        let before = tid_of(before)?;
+        let txns = py
+            .detach(|| {
+                self.rt
+                    .block_on(self.store.transactions_desc(before, limit))
+            })
+            .map_err(to_py)?;
+        let mut out = Vec::with_capacity(txns.len());
+        for (tid, rec) in txns {
+            out.push(
+                (
+                    b(py, &tid.to_bytes()),
+                    b(py, &[rec.status]),
+                    b(py, &rec.meta.user),
+                    b(py, &rec.meta.description),
+                    b(py, &rec.meta.extension),
+                )
+                    .into_pyobject(py)?
+                    .into_any(),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The oids transaction `tid` wrote.
+    fn written_by<'p>(&self, py: Python<'p>, tid: &[u8]) -> PyResult<Vec<Bound<'p, PyBytes>>> {
+        let tid = tid_of(tid)?;
+        let oids = py
+            .detach(|| self.rt.block_on(self.store.written_by(tid)))
+            .map_err(to_py)?;
+        Ok(oids.iter().map(|o| b(py, &o.to_bytes())).collect())
     }
 
     /// Packs to `tid`; `refs(data) -> [oid bytes]` enables garbage collection.

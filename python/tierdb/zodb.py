@@ -39,6 +39,13 @@ from ZODB.TimeStamp import TimeStamp
 from . import _native
 
 
+def _undo_error(oid):
+    # As FileStorage raises it: MultipleUndoErrors (an UndoError) is also what ZEO's server
+    # can send to its clients as such.
+    return POSException.MultipleUndoErrors(
+        [("Some data were modified by a later transaction", oid)])
+
+
 def _conflict(err, data=None):
     oid, committed, old, _msg = err.args
     return POSException.ConflictError(oid=oid, serials=(committed, old), data=data)
@@ -159,21 +166,13 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
         return self.load(oid)[1]
 
     def loadBefore(self, oid, tid):
+        # None if the object was created at or after tid; POSKeyError if it never existed,
+        # or if its revision before tid has no data (creation undone). One seek or three.
         with self._lock:
             try:
-                got = self._native.load_before(oid, tid)
+                return self._native.load_before(oid, tid)
             except _native.NotFoundError:
                 raise POSException.POSKeyError(oid)
-            if got is None:
-                # ZODB: None if the object was created at or after tid; POSKeyError if it
-                # never existed, or if its revision before tid has no data (creation undone).
-                try:
-                    history = self._native.history(oid, 1 << 30)
-                except _native.NotFoundError:
-                    raise POSException.POSKeyError(oid)
-                if any(t < tid for t, *_ in history):
-                    raise POSException.POSKeyError(oid)
-            return got
 
     def loadSerial(self, oid, serial):
         try:
@@ -327,9 +326,14 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
         if self._read_only:
             raise POSException.ReadOnlyError()
         self._check_txn(transaction)
+        # The objects the undone transaction wrote (ZEO's server invalidates them from this
+        # answer; conflicts are found at vote). The tid is assigned at vote.
+        try:
+            oids = self._native.written_by(transaction_id)
+        except _native.TierError as err:
+            raise POSException.UndoError(str(err)) from None
         self._undos.append(transaction_id)
-        # The oids undone are known at vote; ZODB accepts them from tpc_vote.
-        return None
+        return None, oids
 
     def _meta(self, transaction):
         import pickle
@@ -375,8 +379,7 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
             except _native.UndoError as err:
                 oid, _undone, _ = err.args
                 if oid in stores:
-                    raise POSException.UndoError(
-                        "Some data were modified by a later transaction", oid)
+                    raise _undo_error(oid)
                 stores[oid] = (oid, *self._resolve_undo(oid))
                 resolved.append(oid)
             except _native.TierError as err:
@@ -390,18 +393,18 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
         """Undo, in this transaction, of every undone transaction that wrote `oid`, on an
         object changed since: conflict resolution merges each state before an undone
         transaction into the current one in turn, as FileStorage does for one."""
-        undo_error = POSException.UndoError(
-            "Some data were modified by a later transaction", oid)
+        undo_error = _undo_error(oid)
         try:
             data, ctid = self._native.load(oid)
         except _native.NotFoundError:
             raise undo_error
         for undone in self._undos:
-            wrote = any(r[0] == oid for t in self._native.transactions(undone, undone)
-                        for r in t[5])
-            if not wrote:
+            if oid not in self._native.written_by(undone):
                 continue
-            before = self._native.load_before(oid, undone)
+            try:
+                before = self._native.load_before(oid, undone)
+            except _native.NotFoundError:
+                before = None
             if before is None:
                 raise undo_error
             try:
@@ -452,25 +455,35 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
     def undoLog(self, first=0, last=-20, filter=None):
         if last < 0:
             last = first - last
+        # Newest first, a page at a time, reading no further than the entries asked for.
         out = []
-        for t in reversed(self._native.transactions(z64, maxtid)):
-            tid, status, user, desc, ext, records = t
-            if status == b"p":
-                break  # packed: this transaction and all older ones are not undoable
-            d = {"id": tid, "time": TimeStamp(tid).timeTime(), "user_name": user,
-                 "description": desc}
-            if ext:
-                import pickle
-                try:
-                    d.update(pickle.loads(ext))
-                except Exception:
-                    pass
-            if filter is None or filter(d):
-                out.append(d)
+        before = maxtid
+        page = 64
+        while len(out) < last:
+            txns = self._native.transactions_desc(before, page)
+            for tid, status, user, desc, ext in txns:
+                if status == b"p":
+                    return out[first:last]  # packed: it and all older are not undoable
+                d = {"id": tid, "time": TimeStamp(tid).timeTime(), "user_name": user,
+                     "description": desc}
+                if ext:
+                    import pickle
+                    try:
+                        d.update(pickle.loads(ext))
+                    except Exception:
+                        pass
+                if filter is None or filter(d):
+                    out.append(d)
+                    if len(out) >= last:
+                        break
+            if len(txns) < page:
+                break
+            before = txns[-1][0]
+            page = min(page * 2, 1024)
         return out[first:last]
 
     def iterator(self, start=None, stop=None):
-        return TierIterator(self._native.transactions(start or z64, stop or maxtid))
+        return TierIterator(self._native, start or z64, stop or maxtid)
 
     def record_iternext(self, next=None):
         """IStorageCurrentRecordIteration: (oid, tid, data, next) of the object at or after
@@ -546,17 +559,40 @@ class TierTransaction:
 
 
 class TierIterator:
-    def __init__(self, txns):
-        self._txns = iter([TierTransaction(*t) for t in txns])
+    """Transactions from `start` to `stop`, read a page at a time as they are consumed."""
+
+    PAGE = 32
+
+    def __init__(self, native, start, stop):
+        self._native = native
+        self._next = start
+        self._stop = stop
+        self._page = []
+        self._done = False
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        return next(self._txns)
+        if not self._page:
+            if self._done:
+                raise StopIteration
+            txns = self._native.transactions(self._next, self._stop, self.PAGE)
+            if len(txns) < self.PAGE:
+                self._done = True
+            if not txns:
+                raise StopIteration
+            last = u64(txns[-1][0])
+            if last >= u64(self._stop) or last == (1 << 64) - 1:
+                self._done = True
+            else:
+                self._next = p64(last + 1)
+            self._page = [TierTransaction(*t) for t in reversed(txns)]
+        return self._page.pop()
 
     def close(self):
-        pass
+        self._page = []
+        self._done = True
 
 
 def resolve_uri(uri):

@@ -459,6 +459,31 @@ impl KvWrite for KvDb {
             return Ok(self.group.durable.load(Ordering::Acquire));
         }
         self.fenced_check()?;
+        let seq = self.write(batch).await?;
+        self.group.make_durable(&self.db, &self.name, seq).await?;
+        self.fenced_check()?;
+        Ok(seq)
+    }
+}
+
+impl KvDb {
+    /// Applies `batch` atomically without waiting for it to be durable; returns its sequence
+    /// number. Reads do not see it until it is durable: the next durable [`KvWrite::commit`]
+    /// (or the background flush) makes it so, together with everything written before it,
+    /// since the WAL is written in sequence order. A crash before then loses it, and every
+    /// later write with it. The object store writes a transaction's data this way at vote
+    /// and makes it durable with the transaction's one durable commit at finish.
+    pub async fn write_buffered(&self, batch: Batch) -> Result<u64> {
+        if batch.is_empty() {
+            return Ok(self.group.written.load(Ordering::Acquire));
+        }
+        self.fenced_check()?;
+        let seq = self.write(batch).await?;
+        self.group.written.fetch_max(seq, Ordering::AcqRel);
+        Ok(seq)
+    }
+
+    async fn write(&self, batch: Batch) -> Result<u64> {
         let mut wb = slatedb::WriteBatch::new();
         for op in batch.ops {
             match op {
@@ -471,10 +496,7 @@ impl KvWrite for KvDb {
             .write_with_options(wb, &WriteOptions::default())
             .await
             .map_err(|e| KvError::engine(&self.name, "commit", e))?;
-        let seq = handle.seqnum();
-        self.group.make_durable(&self.db, &self.name, seq).await?;
-        self.fenced_check()?;
-        Ok(seq)
+        Ok(handle.seqnum())
     }
 }
 

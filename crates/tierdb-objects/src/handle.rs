@@ -17,3 +17,17 @@ pub(crate) async fn commit(kv: &KvHandle, batch: Batch) -> Result<()> {
         }),
     }
 }
+
+/// Writes `batch` without waiting for durability: the next [`commit`] makes it durable with
+/// itself (see `KvDb::write_buffered`); a read-only open refuses.
+pub(crate) async fn write_buffered(kv: &KvHandle, batch: Batch) -> Result<()> {
+    match kv.writer() {
+        Some(w) => {
+            w.write_buffered(batch).await?;
+            Ok(())
+        }
+        None => Err(ObjError::ReadOnly {
+            db: kv.name().to_string(),
+        }),
+    }
+}

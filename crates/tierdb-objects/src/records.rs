@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! key                            value
-//! m "state"                      Meta: last tid, oids reserved up to
+//! m "state"                      Meta: last tid, highest oid a transaction chose + 1
+//! m "oids"                       oids reserved up to (written by oid reservations only)
 //! h <oid:8>                      head: version, current tid, then that Revision
 //! o <oid:8> <tid:8>              Revision: data hash (or "no data"), data_txn, prev tid
 //! t <tid:8>                      TxnRecord: status, user, description, extension
@@ -28,6 +29,26 @@ pub type Hash = [u8; 32];
 
 pub fn meta_key() -> Bytes {
     Bytes::from_static(b"mstate")
+}
+
+/// Oids handed out (or reserved) are below the value of this key. Written by oid
+/// reservations alone, so reserving never waits for a commit (see `new_oid`).
+pub fn oids_key() -> Bytes {
+    Bytes::from_static(b"moids")
+}
+
+pub fn encode_oids(reserved: u64) -> Bytes {
+    let mut out = BytesMut::with_capacity(9);
+    out.put_u8(VERSION);
+    out.put_u64(reserved);
+    out.freeze()
+}
+
+pub fn decode_oids(key: &[u8], v: &[u8]) -> Result<u64> {
+    let mut r = Reader::new(key, v)?;
+    let n = r.u64()?;
+    r.end()?;
+    Ok(n)
 }
 
 pub fn rev_key(oid: Oid, tid: Tid) -> Bytes {
@@ -271,7 +292,8 @@ fn put_bytes(out: &mut BytesMut, b: &[u8]) {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Meta {
     pub last_tid: Tid,
-    /// Oids below this were handed out (or reserved) already.
+    /// Oids a transaction chose itself (restore, import) are below this. Reservations are
+    /// in `moids` ([`oids_key`]); stores written before it existed reserved here too.
     pub oid_reserved: u64,
     /// Every object has a head record (`h` + oid: its current revision). Stores written
     /// before head records existed find the current revision by a descending scan.

@@ -295,6 +295,39 @@ async fn oids_are_never_reused_across_reopen() {
     assert!(second > first, "{first} then {second}");
 }
 
+/// ZEO votes one client's transaction, then serves another client's `new_oids` on the same
+/// thread before the first finishes: oid allocation must not wait for the voted one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_oid_never_waits_for_a_voted_transaction() {
+    let capacity = Arc::new(InMemory::new());
+    let s = open_on(capacity.clone()).await;
+    let a = s.new_oid().await.unwrap();
+    let mut txn = Txn::new(meta("voted, not finished"));
+    txn.store(a, Tid::ZERO, Some(Bytes::from("a")));
+    let voted = s.vote(txn).await.unwrap();
+    // Several reservation blocks' worth, all while the vote holds the commit lock.
+    let oids = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        let mut oids = Vec::new();
+        for _ in 0..3000 {
+            oids.push(s.new_oid().await.unwrap());
+        }
+        oids
+    })
+    .await
+    .expect("new_oid waited for the voted transaction");
+    let t = s.finish(voted).await.unwrap();
+    assert_eq!(s.load(a).await.unwrap(), (Bytes::from("a"), t));
+    let distinct: std::collections::BTreeSet<_> = oids.iter().copied().collect();
+    assert_eq!(distinct.len(), oids.len(), "an oid was handed out twice");
+    assert!(oids.iter().all(|o| *o > a));
+    // The reservations are durable: after a reopen no oid handed out comes again.
+    let last = *oids.iter().max().unwrap();
+    s.kv().close().await.unwrap();
+    drop(s);
+    let s = open_on(capacity).await;
+    assert!(s.new_oid().await.unwrap() > last);
+}
+
 fn blob_file(dir: &std::path::Path, name: &str, content: &[u8]) -> std::path::PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, content).unwrap();

@@ -3,11 +3,16 @@
 use super::*;
 
 /// Oids reserved per durable reservation.
-const OID_BLOCK: u64 = 128;
+const OID_BLOCK: u64 = 1024;
 
 impl VersionedStore {
     /// A new object id, never handed out before (oids are reserved durably in blocks, so a
     /// crash can leave gaps but never reuse one).
+    ///
+    /// Never waits for another transaction: a reservation writes only its own key
+    /// (`moids`), under a lock of its own, so a server that votes one client's transaction
+    /// and then serves another client's `new_oids` (ZEO does, on one thread) cannot
+    /// deadlock. Two reservations wait for each other's key-value commit, nothing else.
     pub async fn new_oid(&self) -> Result<Oid> {
         if self.kv.is_read_only() {
             return Err(ObjError::ReadOnly {
@@ -15,25 +20,22 @@ impl VersionedStore {
             });
         }
         loop {
-            {
-                let mut next = self.next_oid.lock();
-                let reserved = self.meta.lock().oid_reserved;
-                if *next < reserved {
-                    let oid = Oid(*next);
-                    *next += 1;
-                    return Ok(oid);
+            if let Some(oid) = self.oids.lock().take() {
+                return Ok(oid);
+            }
+            let _reserving = self.oid_reserve.lock().await;
+            let want = {
+                let o = self.oids.lock();
+                if o.next < o.reserved {
+                    continue; // another caller reserved while we waited
                 }
-            }
-            let _lock = self.commit.lock().await;
-            let mut meta = *self.meta.lock();
-            if *self.next_oid.lock() < meta.oid_reserved {
-                continue;
-            }
-            meta.oid_reserved += OID_BLOCK;
+                o.next.max(o.reserved) + OID_BLOCK
+            };
             let mut b = Batch::new();
-            b.put(records::meta_key(), meta.encode());
+            b.put(records::oids_key(), records::encode_oids(want));
             handle::commit(&self.kv, b).await?;
-            *self.meta.lock() = meta;
+            let mut o = self.oids.lock();
+            o.reserved = o.reserved.max(want);
         }
     }
 
@@ -142,6 +144,7 @@ impl VersionedStore {
         let mut data_batch = Batch::new();
         let mut staged = BTreeSet::new();
         let mut revisions = BTreeMap::new();
+        let mut stored = BTreeMap::new();
         for (&oid, (serial, data)) in &txn.stores {
             let current = self.current(oid).await?;
             let committed = current.map_or(Tid::ZERO, |(t, _)| t);
@@ -153,7 +156,10 @@ impl VersionedStore {
                 });
             }
             let hash = match data {
-                Some(d) => Some(self.stage_data(d, &mut data_batch, &mut staged).await?),
+                Some(d) => {
+                    stored.insert(oid, d.clone());
+                    Some(self.stage_data(d, &mut data_batch, &mut staged).await?)
+                }
                 None => None,
             };
             revisions.insert(
@@ -190,12 +196,19 @@ impl VersionedStore {
         for &undone in &txn.undos {
             self.stage_undo(undone, &mut revisions, &explicit).await?;
         }
+        // The data goes into the WAL now, without waiting for it to be durable: finish's
+        // durable commit is written after it and so makes both durable at once (one WAL
+        // flush, one fsync in write-back mode, per transaction). Until then nothing names
+        // this data, and nothing can delete it: pack takes the commit lock this vote holds.
         if !data_batch.is_empty() {
-            handle::commit(&self.kv, data_batch).await?;
+            handle::write_buffered(&self.kv, data_batch).await?;
         }
+        // Undo replaced some stored revisions with older data: only the rest are cached.
+        stored.retain(|oid, _| revisions.get(oid).is_some_and(|r| r.data_txn.is_none()));
         Ok(Voted {
             tid,
             revisions,
+            stored,
             meta: txn.meta,
             _lock: lock,
         })
@@ -227,14 +240,7 @@ impl VersionedStore {
         explicit: &BTreeSet<Oid>,
     ) -> Result<()> {
         self.txn_record(undone).await?;
-        let wrote = self
-            .kv
-            .scan(prefix(records::wrote_prefix(undone)), None)
-            .await?;
-        for (k, _) in wrote {
-            let Some((_, oid)) = records::parse_wrote_key(&k) else {
-                continue;
-            };
+        for oid in self.written_by(undone).await? {
             if explicit.contains(&oid) {
                 // The transaction stores this object itself (a resolved undo conflict).
                 continue;
@@ -293,12 +299,27 @@ impl VersionedStore {
         b.put(records::meta_key(), meta.encode());
         handle::commit(&self.kv, b).await?;
         *self.meta.lock() = meta;
+        let Voted {
+            tid,
+            revisions,
+            mut stored,
+            ..
+        } = voted;
+        self.cache.committed(revisions.iter().map(|(&oid, &rev)| {
+            (
+                oid,
+                cache::Cached {
+                    tid,
+                    rev,
+                    data: stored.remove(&oid),
+                },
+            )
+        }));
         // Oids the transaction chose itself (restore, imports) are never handed out later.
-        if let Some(max) = voted.revisions.keys().next_back() {
-            let mut next = self.next_oid.lock();
-            *next = (*next).max(max.0.saturating_add(1));
+        if let Some(max) = revisions.keys().next_back() {
+            self.oids.lock().skip_to(max.0.saturating_add(1));
         }
-        Ok(voted.tid)
+        Ok(tid)
     }
 
     /// Abandons a voted transaction (its staged data is collected by the next pack).

@@ -67,27 +67,44 @@ impl VersionedStore {
             .await
     }
 
-    /// Transactions with `start <= tid <= stop`, oldest first, with their records.
+    /// Transactions with `start <= tid <= stop`, oldest first, with their records. Reads
+    /// them all: for tests and small ranges; iteration pages with [`Self::transactions_page`].
     pub async fn transactions(&self, start: Tid, stop: Tid) -> Result<Vec<TransactionInfo>> {
+        let mut out = Vec::new();
+        let mut from = start;
+        loop {
+            let page = self.transactions_page(from, stop, TXN_PAGE).await?;
+            let Some(last) = page.last().map(|t| t.tid) else {
+                return Ok(out);
+            };
+            out.extend(page);
+            match last.0.checked_add(1) {
+                Some(n) if Tid(n) <= stop => from = Tid(n),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Up to `limit` transactions with `start <= tid <= stop`, oldest first, with their
+    /// records (ZODB's iterator reads the next page from the last tid + 1).
+    pub async fn transactions_page(
+        &self,
+        start: Tid,
+        stop: Tid,
+        limit: usize,
+    ) -> Result<Vec<TransactionInfo>> {
         let range = (
             Bound::Included(records::txn_key(start)),
             Bound::Included(records::txn_key(stop)),
         );
         let mut out = Vec::new();
-        for (k, v) in self.kv.scan(range, None).await? {
+        for (k, v) in self.kv.scan(range, Some(limit.max(1))).await? {
             let Some(tid) = records::parse_txn_key(&k) else {
                 continue;
             };
             let record = TxnRecord::decode(&k, &v)?;
             let mut recs = Vec::new();
-            for (wk, _) in self
-                .kv
-                .scan(prefix(records::wrote_prefix(tid)), None)
-                .await?
-            {
-                let Some((_, oid)) = records::parse_wrote_key(&wk) else {
-                    continue;
-                };
+            for oid in self.written_by(tid).await? {
                 let Some(rev) = self.revision(oid, tid).await? else {
                     continue;
                 };
@@ -109,5 +126,79 @@ impl VersionedStore {
             });
         }
         Ok(out)
+    }
+
+    /// Up to `limit` transaction records with a tid below `before`, newest first, without
+    /// their object records: what ZODB's undoLog shows, read no further than it asks.
+    pub async fn transactions_desc(
+        &self,
+        before: Tid,
+        limit: usize,
+    ) -> Result<Vec<(Tid, TxnRecord)>> {
+        let range = (
+            Bound::Included(records::txn_key(Tid::ZERO)),
+            Bound::Excluded(records::txn_key(before)),
+        );
+        let mut out = Vec::new();
+        for (k, v) in self.kv.scan_desc(range, Some(limit.max(1))).await? {
+            if let Some(tid) = records::parse_txn_key(&k) {
+                out.push((tid, TxnRecord::decode(&k, &v)?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The objects transaction `tid` wrote, in oid order.
+    pub async fn written_by(&self, tid: Tid) -> Result<Vec<Oid>> {
+        let mut out = Vec::new();
+        let mut pages = Pages::new(prefix(records::wrote_prefix(tid)));
+        while let Some(page) = pages.next(&self.kv).await? {
+            out.extend(
+                page.iter()
+                    .filter_map(|(k, _)| records::parse_wrote_key(k).map(|(_, oid)| oid)),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// Transactions per page of [`VersionedStore::transactions`].
+const TXN_PAGE: usize = 64;
+/// Keys per page of a [`Pages`] scan.
+pub(super) const SCAN_PAGE: usize = 1024;
+
+/// A key range read a page at a time, so whole-store passes (pack, verify, stats) hold one
+/// page in memory, not the store. Each page is a new scan from just after the last key of
+/// the one before: keys written meanwhile behind the cursor are not seen, as a snapshot
+/// would not see them either.
+pub(super) struct Pages {
+    range: (Bound<Bytes>, Bound<Bytes>),
+    done: bool,
+}
+
+impl Pages {
+    pub fn new(range: (Bound<Bytes>, Bound<Bytes>)) -> Self {
+        Pages { range, done: false }
+    }
+
+    /// The next page (`None` after the last).
+    pub async fn next(&mut self, kv: &KvHandle) -> Result<Option<Vec<(Bytes, Bytes)>>> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = kv.scan(self.range.clone(), Some(SCAN_PAGE)).await?;
+        if page.len() < SCAN_PAGE {
+            self.done = true;
+        }
+        match page.last() {
+            Some((k, _)) => {
+                self.range.0 = Bound::Excluded(k.clone());
+                Ok(Some(page))
+            }
+            None => {
+                self.done = true;
+                Ok(None)
+            }
+        }
     }
 }

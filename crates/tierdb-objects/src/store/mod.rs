@@ -1,6 +1,7 @@
 //! [`VersionedStore`]: every revision of every object. This module opens the store and
 //! loads; its children hold the rest, one concern each.
 
+mod cache;
 mod commit;
 mod iter;
 mod pack;
@@ -8,6 +9,7 @@ mod restore;
 mod txn;
 mod verify;
 
+pub use cache::DEFAULT_RECORD_CACHE_BYTES;
 pub use iter::{DataRecordInfo, TransactionInfo};
 pub use pack::{PackStats, References};
 pub use restore::RestoreStats;
@@ -51,8 +53,32 @@ pub struct VersionedStore {
     kv: KvHandle,
     blobs: Blobs,
     meta: parking_lot::Mutex<Meta>,
-    next_oid: parking_lot::Mutex<u64>,
+    oids: parking_lot::Mutex<OidBlock>,
+    /// Held while an oid reservation is committed (never while waiting on a transaction).
+    oid_reserve: tokio::sync::Mutex<()>,
     commit: Arc<tokio::sync::Mutex<()>>,
+    cache: cache::RecordCache,
+}
+
+/// The oids this process may hand out: `next..reserved`.
+#[derive(Debug, Clone, Copy)]
+struct OidBlock {
+    next: u64,
+    reserved: u64,
+}
+
+impl OidBlock {
+    fn take(&mut self) -> Option<Oid> {
+        (self.next < self.reserved).then(|| {
+            self.next += 1;
+            Oid(self.next - 1)
+        })
+    }
+
+    /// Never hands out an oid below `oid` (a transaction chose it itself).
+    fn skip_to(&mut self, oid: u64) {
+        self.next = self.next.max(oid);
+    }
 }
 
 impl VersionedStore {
@@ -69,14 +95,33 @@ impl VersionedStore {
                 ..Meta::default()
             },
         };
+        // Oids are reserved in `moids`; `mstate` holds the highest oid a transaction chose
+        // itself (and, in stores written before `moids` existed, the reservations too).
+        let key = records::oids_key();
+        let reserved = match kv.get(&key).await? {
+            Some(v) => records::decode_oids(&key, &v)?,
+            None => 0,
+        }
+        .max(meta.oid_reserved);
         Ok(VersionedStore {
             // Oid 0 is the root, which the database creates itself: never hand it out.
-            next_oid: parking_lot::Mutex::new(meta.oid_reserved.max(1)),
+            oids: parking_lot::Mutex::new(OidBlock {
+                next: reserved.max(1),
+                reserved: reserved.max(1),
+            }),
+            oid_reserve: tokio::sync::Mutex::new(()),
             meta: parking_lot::Mutex::new(meta),
             blobs: Blobs::new(kv.store().clone(), &root),
             kv,
             commit: Arc::new(tokio::sync::Mutex::new(())),
+            cache: cache::RecordCache::new(DEFAULT_RECORD_CACHE_BYTES),
         })
+    }
+
+    /// Sets the size of the current-record cache (bytes of object data; 0: no cache).
+    pub fn with_record_cache(mut self, bytes: usize) -> Self {
+        self.cache = cache::RecordCache::new(bytes);
+        self
     }
 
     pub fn kv(&self) -> &KvHandle {
@@ -93,7 +138,10 @@ impl VersionedStore {
         if self.kv.is_read_only() {
             let key = records::meta_key();
             if let Some(v) = self.kv.get(&key).await? {
-                *self.meta.lock() = Meta::decode(&key, &v)?;
+                let now = Meta::decode(&key, &v)?;
+                let before = self.meta.lock().last_tid;
+                self.invalidate_between(before, now.last_tid).await?;
+                *self.meta.lock() = now;
             }
         }
         Ok(self.last_tid())
@@ -105,6 +153,13 @@ impl VersionedStore {
     }
 
     async fn current(&self, oid: Oid) -> Result<Option<(Tid, Revision)>> {
+        if let Some(c) = self.cache.get(oid) {
+            return Ok(Some((c.tid, c.rev)));
+        }
+        self.current_stored(oid).await
+    }
+
+    async fn current_stored(&self, oid: Oid) -> Result<Option<(Tid, Revision)>> {
         if self.meta.lock().heads {
             let key = records::head_key(oid);
             return match self.kv.get(&key).await? {
@@ -138,26 +193,69 @@ impl VersionedStore {
 
     /// The current data and serial of `oid`.
     pub async fn load(&self, oid: Oid) -> Result<(Bytes, Tid)> {
-        match self.current(oid).await? {
-            Some((tid, Revision { data: Some(h), .. })) => Ok((self.read_data(&h).await?, tid)),
-            _ => Err(ObjError::NotFound { oid, at: None }),
+        if let Some(hit) = self.load_cached(oid) {
+            return Ok(hit);
         }
+        let seen = self.cache.epoch();
+        let (tid, rev) = match self.cache.get(oid) {
+            Some(c) => (c.tid, c.rev),
+            None => self
+                .current_stored(oid)
+                .await?
+                .ok_or(ObjError::NotFound { oid, at: None })?,
+        };
+        let Some(h) = rev.data else {
+            return Err(ObjError::NotFound { oid, at: None });
+        };
+        let data = self.read_data(&h).await?;
+        self.cache.fill(
+            seen,
+            oid,
+            cache::Cached {
+                tid,
+                rev,
+                data: Some(data.clone()),
+            },
+        );
+        Ok((data, tid))
+    }
+
+    /// The current data and serial of `oid` if the current-record cache has them: no
+    /// key-value read, no waiting (callers try this before entering the async runtime).
+    pub fn load_cached(&self, oid: Oid) -> Option<(Bytes, Tid)> {
+        let c = self.cache.get(oid)?;
+        Some((c.data?, c.tid))
     }
 
     /// The revision of `oid` current just before `tid`: (data, its tid, the tid of the next
-    /// revision if any). `None` if the object had no data then.
+    /// revision if any). `None` if the object was created at or after `tid`;
+    /// [`ObjError::NotFound`] if it never existed or its revision before `tid` has no data
+    /// (an undone creation), as ZODB's `loadBefore` answers. At most three seeks, whatever
+    /// the length of the object's history.
     pub async fn load_before(
         &self,
         oid: Oid,
         tid: Tid,
     ) -> Result<Option<(Bytes, Tid, Option<Tid>)>> {
+        let current = self.current(oid).await?;
+        if current.is_none() {
+            return Err(ObjError::NotFound { oid, at: None });
+        }
         // The common case, a read as of a recent snapshot: the current revision is older.
-        if let Some((start, rev)) = self.current(oid).await?
+        if let Some((start, rev)) = current
             && start < tid
         {
             return match rev.data {
-                Some(h) => Ok(Some((self.read_data(&h).await?, start, None))),
-                None => Ok(None),
+                Some(_) => {
+                    let (data, at) = self.load(oid).await?;
+                    if at == start {
+                        Ok(Some((data, start, None)))
+                    } else {
+                        // Committed meanwhile: answer from the revisions themselves.
+                        Box::pin(self.load_before(oid, tid)).await
+                    }
+                }
+                None => Err(ObjError::NotFound { oid, at: Some(tid) }),
             };
         }
         let lo = records::rev_prefix(oid);
@@ -186,7 +284,7 @@ impl VersionedStore {
             .map(|(_, t)| t);
         match rev.data {
             Some(h) => Ok(Some((self.read_data(&h).await?, start, next))),
-            None => Ok(None),
+            None => Err(ObjError::NotFound { oid, at: Some(tid) }),
         }
     }
 

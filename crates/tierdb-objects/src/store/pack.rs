@@ -199,6 +199,7 @@ impl VersionedStore {
             }
             handle::commit(&self.kv, std::mem::take(&mut batch)).await?;
         }
+        self.cache.clear();
         // Blobs last: the revisions naming them are gone now, and uploads for new
         // revisions happen under the commit lock this pack holds.
         let blob_err = |f: crate::blobs::BlobFailure| ObjError::Blob {

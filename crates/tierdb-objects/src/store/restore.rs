@@ -102,8 +102,8 @@ impl VersionedStore {
         batch.put(records::meta_key(), meta.encode());
         handle::commit(&self.kv, batch).await?;
         *self.meta.lock() = meta;
-        let mut next = self.next_oid.lock();
-        *next = (*next).max(meta.oid_reserved);
+        self.cache.forget(latest.keys().copied());
+        self.oids.lock().skip_to(meta.oid_reserved);
         Ok((meta.last_tid, counts))
     }
 }

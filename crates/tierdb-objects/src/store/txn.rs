@@ -86,6 +86,8 @@ pub struct Voted {
     pub tid: Tid,
     /// Objects written, with their new revision.
     pub revisions: BTreeMap<Oid, Revision>,
+    /// The data of the revisions stored with new data, for the current-record cache.
+    pub(super) stored: BTreeMap<Oid, Bytes>,
     pub(super) meta: TxnMeta,
     pub(super) _lock: tokio::sync::OwnedMutexGuard<()>,
 }
