@@ -35,6 +35,9 @@ ROOT=$(pwd)
 echo "== tierdb zodb import/verify/pack/stats and the pickle reference reader (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_tools.py")
+echo "== SIGKILL of tierdb zodb pack at every pass: nothing lost, the next pack completes (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_pack_crash.py")
 echo "== SQL: tierdb sql/import/serve (psql) on a local directory and MinIO; SSB answers vs DuckDB at SF 0.1"
 if ! command -v psql >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -555,6 +555,17 @@ impl Store {
         Ok(d)
     }
 
+    /// The number of objects (kept by commits and packs; no scan).
+    fn object_count(&self, py: Python<'_>) -> PyResult<u64> {
+        py.detach(|| self.rt.block_on(self.store.object_count()))
+            .map_err(to_py)
+    }
+
+    /// The key-value database's size on the store (the writer's estimate; 0 on a follower).
+    fn approx_size(&self) -> u64 {
+        self.store.kv().writer().map_or(0, |w| w.info().total_bytes())
+    }
+
     fn stats<'p>(&self, py: Python<'p>) -> PyResult<Bound<'p, PyDict>> {
         let s = py
             .detach(|| self.rt.block_on(self.store.stats()))

@@ -110,10 +110,12 @@ class TierStorage(UndoLogCompatible, ConflictResolvingStorage):
         return self._url
 
     def __len__(self):
-        return self._native.stats()["objects"]
+        # Kept by every commit and pack: no scan (stats() reads the whole store).
+        return self._native.object_count()
 
     def getSize(self):
-        return self._native.stats()["stored_bytes"]
+        # The key-value database's bytes on the store, as the writer estimates them.
+        return self._native.approx_size()
 
     def isReadOnly(self):
         return self._read_only

@@ -86,7 +86,9 @@ pub async fn run_zodb(cmd: ZodbCommand) -> CliResult {
         ZodbCommand::Verify { db, kv } => {
             let (store, database) = open(&db, &kv, Role::Follower).await?;
             let started = Instant::now();
-            let report = store.verify().await;
+            let passes = Passes::new("verify");
+            let report = store.verify_with(&passes).await;
+            passes.done();
             database.close().await?;
             let report = report?;
             println!(
@@ -133,11 +135,13 @@ pub async fn run_zodb(cmd: ZodbCommand) -> CliResult {
             let pack_tid = Tid::from_unix(now - days * 86400.0);
             let refs = |data: &[u8]| tierdb_objects::pickle::references(data);
             let started = Instant::now();
+            let passes = Passes::new("pack");
             let result = if no_gc {
-                store.pack(pack_tid, None).await
+                store.pack_with(pack_tid, None, &passes).await
             } else {
-                store.pack(pack_tid, Some(&refs)).await
+                store.pack_with(pack_tid, Some(&refs), &passes).await
             };
+            passes.done();
             let closed = database.close().await;
             let stats = result?;
             closed?;
@@ -155,7 +159,9 @@ pub async fn run_zodb(cmd: ZodbCommand) -> CliResult {
         }
         ZodbCommand::Stats { db, kv } => {
             let (store, database) = open(&db, &kv, Role::Follower).await?;
-            let s = store.stats().await;
+            let passes = Passes::new("stats");
+            let s = store.stats_with(&passes).await;
+            passes.done();
             let last = store.last_tid();
             database.close().await?;
             let s = s?;
@@ -240,6 +246,36 @@ impl tierdb_objects::ImportProgress for Bars {
         self.import.set_length(len);
         self.import.set_position(position);
         self.import.set_message(format!("{txns} transactions"));
+    }
+}
+
+/// A spinner naming the pass a whole-store command is in and how many items it did.
+struct Passes {
+    what: &'static str,
+    bar: ProgressBar,
+}
+
+impl Passes {
+    fn new(what: &'static str) -> Self {
+        let bar = bar("{spinner} {msg} {human_pos} items {per_sec} {elapsed}");
+        bar.enable_steady_tick(std::time::Duration::from_millis(200));
+        Passes { what, bar }
+    }
+
+    fn done(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl tierdb_objects::Progress for Passes {
+    fn pass(&self, name: &str) {
+        self.bar.set_message(format!("{}: {name}", self.what));
+        self.bar.set_position(0);
+        self.bar.reset_elapsed();
+    }
+
+    fn advance(&self, items: u64) {
+        self.bar.inc(items);
     }
 }
 

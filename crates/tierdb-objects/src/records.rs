@@ -5,6 +5,7 @@
 //! key                            value
 //! m "state"                      Meta: last tid, highest oid a transaction chose + 1
 //! m "oids"                       oids reserved up to (written by oid reservations only)
+//! m "objects"                    the number of objects (absent in older stores: counted)
 //! h <oid:8>                      head: version, current tid, then that Revision
 //! o <oid:8> <tid:8>              Revision: data hash (or "no data"), data_txn, prev tid
 //! t <tid:8>                      TxnRecord: status, user, description, extension
@@ -49,6 +50,11 @@ pub fn decode_oids(key: &[u8], v: &[u8]) -> Result<u64> {
     let n = r.u64()?;
     r.end()?;
     Ok(n)
+}
+
+/// The number of objects (those with a head record), kept by every commit and pack.
+pub fn count_key() -> Bytes {
+    Bytes::from_static(b"mobjects")
 }
 
 pub fn rev_key(oid: Oid, tid: Tid) -> Bytes {

@@ -328,6 +328,32 @@ async fn new_oid_never_waits_for_a_voted_transaction() {
     assert!(s.new_oid().await.unwrap() > last);
 }
 
+/// What the old pack left when killed between its chunks: an object's revisions deleted,
+/// its head record not yet. A later pack must remove the head and never leave it naming
+/// data that pack deleted (the old one did: a load then failed as damaged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_left_by_an_interrupted_pack_is_removed_with_its_data() {
+    use tierdb_kv::KvWrite;
+    use tierdb_objects::records;
+    let s = open().await;
+    let x = s.new_oid().await.unwrap();
+    let t1 = commit(&s, "x", &[(x, Tid::ZERO, "garbage data")]).await;
+    let mut b = tierdb_kv::Batch::new();
+    b.delete(records::rev_key(x, t1));
+    b.delete(records::wrote_key(t1, x));
+    s.kv().writer().unwrap().commit(b).await.unwrap();
+    let report = s.verify().await.unwrap();
+    assert!(
+        report.problems.iter().any(|p| p.contains("head names revision")),
+        "{report:?}"
+    );
+    s.pack(Tid::from_unix(4e9), None).await.unwrap();
+    let report = s.verify().await.unwrap();
+    assert!(report.problems.is_empty(), "{report:?}");
+    assert!(matches!(s.load(x).await, Err(ObjError::NotFound { .. })));
+    assert_eq!(s.object_count().await.unwrap(), 0);
+}
+
 fn blob_file(dir: &std::path::Path, name: &str, content: &[u8]) -> std::path::PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, content).unwrap();

@@ -9,12 +9,23 @@
 pub const PAUSE_ENV: &str = "TIERDB_TEST_PAUSE_AT";
 
 /// Stops this thread for good if the pause point `name` is selected (debug builds only).
+/// `TIERDB_TEST_PAUSE_AT=<name>#<n>` stops the `n`-th time the point is reached (a pass
+/// that commits in batches, killed after its second batch: `pack-sweep-batch#2`).
 pub fn pause_at(name: &str) {
     #[cfg(debug_assertions)]
-    if std::env::var(PAUSE_ENV).is_ok_and(|v| v == name) {
-        eprintln!("tierdb: paused at {name}");
-        loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
+    if let Ok(v) = std::env::var(PAUSE_ENV) {
+        let (want, nth) = match v.split_once('#') {
+            Some((w, n)) => (w.to_string(), n.parse::<u64>().unwrap_or(1)),
+            None => (v, 1),
+        };
+        if want == name {
+            static REACHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            if REACHED.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1 == nth {
+                eprintln!("tierdb: paused at {name}");
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                }
+            }
         }
     }
     #[cfg(not(debug_assertions))]

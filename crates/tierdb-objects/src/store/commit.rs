@@ -297,8 +297,18 @@ impl VersionedStore {
         b.put(records::txn_key(voted.tid), record.encode());
         meta.last_tid = voted.tid;
         b.put(records::meta_key(), meta.encode());
+        let created = voted
+            .revisions
+            .values()
+            .filter(|r| r.prev == Tid::ZERO)
+            .count() as u64;
+        let count = self.count_change(created, 0);
+        if let Some(n) = count {
+            b.put(records::count_key(), records::encode_oids(n));
+        }
         handle::commit(&self.kv, b).await?;
         *self.meta.lock() = meta;
+        self.set_count(count);
         let Voted {
             tid,
             revisions,

@@ -11,7 +11,7 @@ mod verify;
 
 pub use cache::DEFAULT_RECORD_CACHE_BYTES;
 pub use iter::{DataRecordInfo, TransactionInfo};
-pub use pack::{PackStats, References};
+pub use pack::{NoProgress, PackStats, Progress, References};
 pub use restore::RestoreStats;
 pub use txn::{Txn, Voted};
 pub use verify::{StoreStats, VerifyReport};
@@ -58,6 +58,9 @@ pub struct VersionedStore {
     oid_reserve: tokio::sync::Mutex<()>,
     commit: Arc<tokio::sync::Mutex<()>>,
     cache: cache::RecordCache,
+    /// The number of objects, when known (stores written before it was kept count it on
+    /// first use).
+    objects: parking_lot::Mutex<Option<u64>>,
 }
 
 /// The oids this process may hand out: `next..reserved`.
@@ -88,7 +91,9 @@ impl VersionedStore {
     pub async fn open(kv: KvHandle) -> Result<Self> {
         let root = kv.path().to_string();
         let key = records::meta_key();
-        let meta = match kv.get(&key).await? {
+        let stored = kv.get(&key).await?;
+        let fresh = stored.is_none();
+        let meta = match stored {
             Some(v) => Meta::decode(&key, &v)?,
             None => Meta {
                 heads: true,
@@ -103,7 +108,12 @@ impl VersionedStore {
             None => 0,
         }
         .max(meta.oid_reserved);
+        let objects = match Self::read_count(&kv).await? {
+            None if fresh => Some(0),
+            n => n,
+        };
         Ok(VersionedStore {
+            objects: parking_lot::Mutex::new(objects),
             // Oid 0 is the root, which the database creates itself: never hand it out.
             oids: parking_lot::Mutex::new(OidBlock {
                 next: reserved.max(1),
@@ -142,9 +152,71 @@ impl VersionedStore {
                 let before = self.meta.lock().last_tid;
                 self.invalidate_between(before, now.last_tid).await?;
                 *self.meta.lock() = now;
+                if let Some(n) = Self::read_count(&self.kv).await? {
+                    *self.objects.lock() = Some(n);
+                }
             }
         }
         Ok(self.last_tid())
+    }
+
+    async fn read_count(kv: &KvHandle) -> Result<Option<u64>> {
+        let key = records::count_key();
+        match kv.get(&key).await? {
+            Some(v) => Ok(Some(records::decode_oids(&key, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The number of objects (with any revision left; objects whose data was deleted count
+    /// until a pack removes them). Kept by every commit and pack; a store written before
+    /// the count was kept is counted once, a page at a time, and the writer keeps it from
+    /// then on.
+    pub async fn object_count(&self) -> Result<u64> {
+        if let Some(n) = *self.objects.lock() {
+            return Ok(n);
+        }
+        let _lock = self.commit.clone().lock_owned().await;
+        if let Some(n) = *self.objects.lock() {
+            return Ok(n);
+        }
+        let heads = self.meta.lock().heads;
+        let (what, mut last, mut n) = (
+            if heads { Bytes::from_static(b"h") } else { records::revisions_prefix() },
+            None,
+            0u64,
+        );
+        let mut pages = iter::Pages::new(prefix(what));
+        while let Some(page) = pages.next(&self.kv).await? {
+            for (k, _) in page {
+                let oid = k.get(1..9).map(|b| b.to_vec());
+                if heads || oid != last {
+                    n += 1;
+                    last = oid;
+                }
+            }
+        }
+        if !self.kv.is_read_only() {
+            let mut b = Batch::new();
+            b.put(records::count_key(), records::encode_oids(n));
+            handle::commit(&self.kv, b).await?;
+        }
+        *self.objects.lock() = Some(n);
+        Ok(n)
+    }
+
+    /// Adds `created` and removes `removed` objects in the count; returns the new count to
+    /// write in the same commit (`None` while it is unknown).
+    pub(super) fn count_change(&self, created: u64, removed: u64) -> Option<u64> {
+        self.objects
+            .lock()
+            .map(|n| (n + created).saturating_sub(removed))
+    }
+
+    pub(super) fn set_count(&self, n: Option<u64>) {
+        if n.is_some() {
+            *self.objects.lock() = n;
+        }
     }
 
     /// The tid of the last committed transaction (`Tid::ZERO` when empty).

@@ -1,9 +1,32 @@
 //! Pack: dropping revisions not needed as of a time, and unreachable objects.
+//!
+//! A pack is four passes, each reading the store a page at a time, so its memory does not
+//! grow with the store (see [`VersionedStore::pack`] for what each holds):
+//!
+//! 1. **mark** (with garbage collection): the objects reachable from the root as of the
+//!    pack time, and from every object written after it, one seek per object;
+//! 2. **sweep**: per object, in oid order, the revisions it no longer needs, and its head
+//!    record when it loses them all, deleted in one atomic commit with the object's
+//!    "written by" keys (objects are never split across commits);
+//! 3. **transactions** up to the pack time: deleted when no object record is left, marked
+//!    packed otherwise;
+//! 4. **data**: the data records and blobs no remaining revision or head names.
+//!
+//! A crash (SIGKILL) anywhere leaves a store that loads what it loaded before: every pass
+//! only removes what the store no longer names, each commit is atomic, and an object's
+//! head goes in the same commit as its last revision. Data goes last, after every revision
+//! that named it is gone, so no head or revision can name data a pack deleted. The next
+//! pack finds what is left to do and does it.
 
+use roaring::RoaringTreemap;
+
+use super::iter::Pages;
 use super::*;
 
-/// Changes per key-value commit during pack.
+/// Changes per key-value commit during pack (a commit ends at an object boundary).
 const PACK_BATCH: usize = 2000;
+/// The most memory the filters of named data and blobs may take together.
+const NAMED_FILTER_MAX_BYTES: usize = 64 << 20;
 
 /// The oids an object's data refers to (for ZODB: `ZODB.serialize.referencesf`), or why
 /// they cannot be read (pack then stops: collecting garbage with unknown references could
@@ -22,6 +45,24 @@ pub struct PackStats {
     pub blobs_removed: u64,
     /// The revisions removed that had a blob (so caches of blob files can drop them).
     pub blob_revisions_removed: Vec<(Oid, Tid)>,
+    /// Objects found reachable (with garbage collection).
+    pub objects_reachable: u64,
+}
+
+/// Where a long pass is, for progress bars: the pass's name and the items done in it.
+pub trait Progress: Send + Sync {
+    fn pass(&self, _name: &str) {}
+    fn advance(&self, _items: u64) {}
+}
+
+/// No progress shown.
+#[derive(Debug)]
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// Pause points of a pack, for crash tests (debug builds; see `tierdb_store::testpoint`).
+fn pause(point: &str) {
+    tierdb_store::testpoint::pause_at(point);
 }
 
 impl VersionedStore {
@@ -31,6 +72,24 @@ impl VersionedStore {
     /// reachable from the root at `pack_tid` and not written after it are removed too. Then
     /// data records no revision names are collected. Holds the commit lock throughout.
     pub async fn pack(&self, pack_tid: Tid, refs: Option<&References>) -> Result<PackStats> {
+        self.pack_with(pack_tid, refs, &NoProgress).await
+    }
+
+    /// [`Self::pack`], reporting its passes to `progress`.
+    ///
+    /// Memory: one page of keys at a time in every pass, one object's revisions, and two
+    /// sets. Garbage collection marks reachable oids in a compressed bitmap (RoaringTreemap:
+    /// about 2 bits per object when oids are dense, as ZODB allocates them; 25 MB for 10^8
+    /// objects). Named data and blobs go into Bloom filters of at most 64 MB together:
+    /// a false positive only keeps a garbage record until a later pack (each pack salts its
+    /// filter differently), so the filters are sized from the number of revisions kept
+    /// (10 bits each, 1% kept) and capped there.
+    pub async fn pack_with(
+        &self,
+        pack_tid: Tid,
+        refs: Option<&References>,
+        progress: &dyn Progress,
+    ) -> Result<PackStats> {
         if self.kv.is_read_only() {
             return Err(ObjError::ReadOnly {
                 db: self.kv.name().to_string(),
@@ -38,168 +97,348 @@ impl VersionedStore {
         }
         let _lock = self.commit.clone().lock_owned().await;
         let mut stats = PackStats::default();
-        // Every revision, grouped by object (ascending tid).
-        let all = self
-            .kv
-            .scan(prefix(records::revisions_prefix()), None)
+        let reachable = match refs {
+            Some(refs) => {
+                let r = self.mark(pack_tid, refs, progress).await?;
+                stats.objects_reachable = r.len();
+                Some(r)
+            }
+            None => None,
+        };
+        let kept = self
+            .sweep(pack_tid, reachable.as_ref(), &mut stats, progress)
             .await?;
-        let mut by_oid: BTreeMap<Oid, Vec<(Tid, Revision)>> = BTreeMap::new();
-        for (k, v) in &all {
-            let Some((oid, tid)) = records::parse_rev_key(k) else {
+        drop(reachable);
+        self.sweep_transactions(pack_tid, &mut stats, progress)
+            .await?;
+        self.collect_data(pack_tid, kept, &mut stats, progress)
+            .await?;
+        self.cache.clear();
+        Ok(stats)
+    }
+
+    /// The revision of `oid` current at `at` (the newest with a tid `<= at`).
+    async fn revision_at(&self, oid: Oid, at: Tid) -> Result<Option<(Tid, Revision)>> {
+        let range = (
+            Bound::Included(records::rev_prefix(oid)),
+            Bound::Included(records::rev_key(oid, at)),
+        );
+        match self.kv.scan_desc(range, Some(1)).await?.into_iter().next() {
+            Some((k, v)) => Ok(Some((rev_tid(&k)?, Revision::decode(&k, &v)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Pass 1: every object reachable from the root as of `pack_tid` or from an object
+    /// written after it (whose every revision after `pack_tid` counts).
+    async fn mark(
+        &self,
+        pack_tid: Tid,
+        refs: &References,
+        progress: &dyn Progress,
+    ) -> Result<RoaringTreemap> {
+        progress.pass("mark");
+        let mut reachable = RoaringTreemap::new();
+        let mut todo: Vec<Oid> = vec![Oid::ROOT];
+        // Objects written after the pack time: the "written by" keys of later transactions.
+        let after = match pack_tid.0.checked_add(1) {
+            Some(t) => Bound::Included(records::wrote_prefix(Tid(t))),
+            None => Bound::Excluded(records::wrote_prefix(Tid::MAX)),
+        };
+        let mut written_after = RoaringTreemap::new();
+        let mut pages = Pages::new((after, prefix(Bytes::from_static(b"r")).1));
+        while let Some(page) = pages.next(&self.kv).await? {
+            for (k, _) in page {
+                if let Some((_, oid)) = records::parse_wrote_key(&k)
+                    && written_after.insert(oid.0)
+                {
+                    todo.push(oid);
+                }
+            }
+        }
+        while let Some(oid) = todo.pop() {
+            if !reachable.insert(oid.0) {
                 continue;
-            };
-            by_oid
-                .entry(oid)
-                .or_default()
-                .push((tid, Revision::decode(k, v)?));
-        }
-        let mut remove: Vec<(Oid, Tid)> = Vec::new();
-        let mut at_pack: HashMap<Oid, (Tid, Option<Hash>)> = HashMap::new();
-        let mut written_after: BTreeSet<Oid> = BTreeSet::new();
-        for (&oid, revs) in &by_oid {
-            let keep_from = revs.iter().rposition(|(t, _)| *t <= pack_tid);
-            if revs.iter().any(|(t, _)| *t > pack_tid) {
-                written_after.insert(oid);
             }
-            if let Some(i) = keep_from {
-                for (t, _) in &revs[..i] {
-                    remove.push((oid, *t));
+            progress.advance(1);
+            let mut datas: Vec<(Tid, Hash)> = Vec::new();
+            if let Some((t, rev)) = self.revision_at(oid, pack_tid).await?
+                && let Some(h) = rev.data
+            {
+                datas.push((t, h));
+            }
+            if written_after.contains(oid.0) {
+                let later = (
+                    Bound::Excluded(records::rev_key(oid, pack_tid)),
+                    prefix(records::rev_prefix(oid)).1,
+                );
+                let mut pages = Pages::new(later);
+                while let Some(page) = pages.next(&self.kv).await? {
+                    for (k, v) in page {
+                        if let Some(h) = Revision::decode(&k, &v)?.data {
+                            datas.push((rev_tid(&k)?, h));
+                        }
+                    }
                 }
-                at_pack.insert(oid, (revs[i].0, revs[i].1.data));
-                if revs[i].1.data.is_none() {
-                    remove.push((oid, revs[i].0));
+            }
+            for (tid, h) in datas {
+                let data = self.read_data(&h).await?;
+                let found = refs(&data).map_err(|tierdb_store::Damage(reason)| {
+                    ObjError::References { oid, tid, reason }
+                })?;
+                todo.extend(found.into_iter().filter(|o| !reachable.contains(o.0)));
+            }
+        }
+        Ok(reachable)
+    }
+
+    /// Pass 2: per object, removes the revisions not needed as of `pack_tid` (and the
+    /// unreachable ones), with the object's head when no revision is left, one object per
+    /// atomic commit at least. Also removes head records no revision backs (left by
+    /// packs before this design). Returns how many revisions are kept.
+    async fn sweep(
+        &self,
+        pack_tid: Tid,
+        reachable: Option<&RoaringTreemap>,
+        stats: &mut PackStats,
+        progress: &dyn Progress,
+    ) -> Result<u64> {
+        progress.pass("sweep");
+        let heads = self.meta.lock().heads;
+        let mut head_pages = heads.then(|| Pages::new(prefix(Bytes::from_static(b"h"))));
+        let mut head_buf: std::collections::VecDeque<Oid> = Default::default();
+        let mut batch = Counted::default();
+        let mut kept = 0u64;
+        let mut group: Vec<(Tid, Revision)> = Vec::new();
+        let mut group_oid: Option<Oid> = None;
+        let mut pages = Pages::new(prefix(records::revisions_prefix()));
+        loop {
+            let page = pages.next(&self.kv).await?;
+            let done = page.is_none();
+            for (k, v) in page.unwrap_or_default() {
+                let Some((oid, tid)) = records::parse_rev_key(&k) else {
+                    return Err(ObjError::Damaged {
+                        key: hex(&k),
+                        reason: "not a revision key".into(),
+                    });
+                };
+                if group_oid != Some(oid) {
+                    if let Some(g) = group_oid {
+                        kept += self.sweep_object(g, &group, pack_tid, reachable, stats, &mut batch);
+                        self.stale_heads(&mut head_pages, &mut head_buf, Some(g), &mut batch)
+                            .await?;
+                        if batch.batch.len() >= PACK_BATCH {
+                            self.commit_counted(std::mem::take(&mut batch)).await?;
+                            pause("pack-sweep-batch");
+                        }
+                    }
+                    group.clear();
+                    group_oid = Some(oid);
+                }
+                group.push((tid, Revision::decode(&k, &v)?));
+                progress.advance(1);
+            }
+            if done {
+                break;
+            }
+        }
+        if let Some(g) = group_oid {
+            kept += self.sweep_object(g, &group, pack_tid, reachable, stats, &mut batch);
+            self.stale_heads(&mut head_pages, &mut head_buf, Some(g), &mut batch)
+                .await?;
+        }
+        self.stale_heads(&mut head_pages, &mut head_buf, None, &mut batch)
+            .await?;
+        self.commit_counted(batch).await?;
+        pause("pack-swept");
+        Ok(kept)
+    }
+
+    /// Adds the deletions for one object to `batch`; returns how many revisions it keeps.
+    fn sweep_object(
+        &self,
+        oid: Oid,
+        revs: &[(Tid, Revision)],
+        pack_tid: Tid,
+        reachable: Option<&RoaringTreemap>,
+        stats: &mut PackStats,
+        batch: &mut Counted,
+    ) -> u64 {
+        let garbage = reachable.is_some_and(|r| !r.contains(oid.0));
+        let current = revs.iter().rposition(|(t, _)| *t <= pack_tid);
+        let removed = |i: usize| match current {
+            Some(c) => i < c || (i == c && revs[c].1.data.is_none()) || (i <= c && garbage),
+            None => false,
+        };
+        let mut gone = 0;
+        for (i, (t, r)) in revs.iter().enumerate() {
+            if removed(i) {
+                batch.batch.delete(records::rev_key(oid, *t));
+                batch.batch.delete(records::wrote_key(*t, oid));
+                if r.blob.is_some() {
+                    stats.blob_revisions_removed.push((oid, *t));
+                }
+                gone += 1;
+            }
+        }
+        stats.revisions_removed += gone as u64;
+        if gone == revs.len() {
+            batch.batch.delete(records::head_key(oid));
+            batch.objects_removed += 1;
+            stats.objects_removed += 1;
+        }
+        (revs.len() - gone) as u64
+    }
+
+    /// Deletes head records with no revision below `upto` (all remaining when `None`).
+    async fn stale_heads(
+        &self,
+        pages: &mut Option<Pages>,
+        buf: &mut std::collections::VecDeque<Oid>,
+        upto: Option<Oid>,
+        batch: &mut Counted,
+    ) -> Result<()> {
+        let Some(p) = pages else { return Ok(()) };
+        loop {
+            if buf.is_empty() {
+                match p.next(&self.kv).await? {
+                    Some(page) => buf.extend(page.iter().filter_map(|(k, _)| {
+                        (k.len() == 9).then(|| Oid::from_bytes(&k[1..9])).flatten()
+                    })),
+                    None => return Ok(()),
+                }
+            }
+            while let Some(&h) = buf.front() {
+                match upto {
+                    Some(u) if h == u => {
+                        buf.pop_front();
+                        return Ok(());
+                    }
+                    Some(u) if h > u => return Ok(()),
+                    _ => {
+                        buf.pop_front();
+                        batch.batch.delete(records::head_key(h));
+                        batch.objects_removed += 1;
+                    }
                 }
             }
         }
-        if let Some(refs) = refs {
-            let mut reachable: BTreeSet<Oid> = BTreeSet::new();
-            let mut todo: Vec<Oid> = vec![Oid::ROOT];
-            todo.extend(written_after.iter().copied());
-            while let Some(oid) = todo.pop() {
-                if !reachable.insert(oid) {
+    }
+
+    /// Commits a sweep batch with the object count it changes.
+    async fn commit_counted(&self, c: Counted) -> Result<()> {
+        let Counted {
+            mut batch,
+            objects_removed,
+        } = c;
+        let count = self.count_change(0, objects_removed);
+        if let Some(n) = count {
+            batch.put(records::count_key(), records::encode_oids(n));
+        }
+        handle::commit(&self.kv, batch).await?;
+        self.set_count(count);
+        Ok(())
+    }
+
+    /// Pass 3: transactions up to `pack_tid` are no longer undoable: those that lost every
+    /// record go, the others are marked packed (and leave the undo log).
+    async fn sweep_transactions(
+        &self,
+        pack_tid: Tid,
+        stats: &mut PackStats,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        progress.pass("transactions");
+        let range = (
+            Bound::Included(records::txn_key(Tid::ZERO)),
+            Bound::Included(records::txn_key(pack_tid)),
+        );
+        let mut pages = Pages::new(range);
+        let mut batch = Batch::new();
+        while let Some(page) = pages.next(&self.kv).await? {
+            for (k, v) in page {
+                let Some(tid) = records::parse_txn_key(&k) else {
                     continue;
-                }
-                let mut datas: Vec<(Tid, Hash)> = at_pack
-                    .get(&oid)
-                    .and_then(|&(t, h)| h.map(|h| (t, h)))
-                    .into_iter()
-                    .collect();
-                if written_after.contains(&oid) {
-                    for (t, r) in by_oid.get(&oid).map(|v| v.as_slice()).unwrap_or(&[]) {
-                        if *t > pack_tid
-                            && let Some(h) = r.data
-                        {
-                            datas.push((*t, h));
-                        }
+                };
+                progress.advance(1);
+                let left = self
+                    .kv
+                    .scan(prefix(records::wrote_prefix(tid)), Some(1))
+                    .await?;
+                if left.is_empty() {
+                    batch.delete(k);
+                    stats.transactions_removed += 1;
+                } else {
+                    let mut rec = TxnRecord::decode(&k, &v)?;
+                    if rec.status != b'p' {
+                        rec.status = b'p';
+                        batch.put(k, rec.encode());
                     }
-                }
-                for (tid, h) in datas {
-                    let data = self.read_data(&h).await?;
-                    let found = refs(&data).map_err(|tierdb_store::Damage(reason)| {
-                        ObjError::References { oid, tid, reason }
-                    })?;
-                    todo.extend(found.into_iter().filter(|o| !reachable.contains(o)));
                 }
             }
-            for (&oid, revs) in &by_oid {
-                if !reachable.contains(&oid) {
-                    for (t, _) in revs.iter().filter(|(t, _)| *t <= pack_tid) {
-                        if !remove.contains(&(oid, *t)) {
-                            remove.push((oid, *t));
-                        }
-                    }
-                }
+            if batch.len() >= PACK_BATCH {
+                handle::commit(&self.kv, std::mem::take(&mut batch)).await?;
             }
         }
-        let removed: BTreeSet<(Oid, Tid)> = remove.iter().copied().collect();
-        stats.revisions_removed = removed.len() as u64;
-        stats.objects_removed = by_oid
-            .iter()
-            .filter(|(oid, revs)| revs.iter().all(|(t, _)| removed.contains(&(**oid, *t))))
-            .count() as u64;
-        // Transactions that lose every record go; the others are marked packed.
-        let mut per_txn: BTreeMap<Tid, (usize, usize)> = BTreeMap::new();
-        for (&oid, revs) in &by_oid {
-            for (t, _) in revs {
-                let e = per_txn.entry(*t).or_default();
-                e.0 += 1;
-                if removed.contains(&(oid, *t)) {
-                    e.1 += 1;
+        handle::commit(&self.kv, batch).await?;
+        pause("pack-transactions");
+        Ok(())
+    }
+
+    /// Pass 4: data records and blobs that no revision and no head names.
+    async fn collect_data(
+        &self,
+        pack_tid: Tid,
+        kept: u64,
+        stats: &mut PackStats,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        progress.pass("data");
+        let mut named = NamedFilter::new(kept, NAMED_FILTER_MAX_BYTES * 3 / 4, pack_tid.0);
+        let mut named_blobs = NamedFilter::new(kept, NAMED_FILTER_MAX_BYTES / 4, !pack_tid.0);
+        for what in [records::revisions_prefix(), Bytes::from_static(b"h")] {
+            let heads = what.as_ref() == b"h";
+            let mut pages = Pages::new(prefix(what));
+            while let Some(page) = pages.next(&self.kv).await? {
+                for (k, v) in page {
+                    let rev = if heads {
+                        records::decode_head(&k, &v)?.1
+                    } else {
+                        Revision::decode(&k, &v)?
+                    };
+                    if let Some(h) = rev.data {
+                        named.insert(&h);
+                    }
+                    if let Some(b) = rev.blob {
+                        named_blobs.insert(&b);
+                    }
                 }
             }
         }
         let mut batch = Batch::new();
-        let mut ops: Vec<(Bytes, Option<Bytes>)> = Vec::new();
-        for &(oid, t) in &removed {
-            ops.push((records::rev_key(oid, t), None));
-            ops.push((records::wrote_key(t, oid), None));
-        }
-        // An object loses its current revision only when it loses all of them.
-        for (&oid, revs) in &by_oid {
-            if revs.iter().all(|(t, _)| removed.contains(&(oid, *t))) {
-                ops.push((records::head_key(oid), None));
-            }
-        }
-        // Transactions up to the pack time are no longer undoable: those that lost every
-        // record go, the others are marked packed (and leave the undo log).
-        for (&t, &(total, gone)) in &per_txn {
-            if t > pack_tid {
-                continue;
-            }
-            if gone == total {
-                ops.push((records::txn_key(t), None));
-                stats.transactions_removed += 1;
-            } else {
-                let mut rec = self.txn_record(t).await?;
-                if rec.status != b'p' {
-                    rec.status = b'p';
-                    ops.push((records::txn_key(t), Some(rec.encode())));
-                }
-            }
-        }
-        // Data and blobs no remaining revision names.
-        let mut named: BTreeSet<Hash> = BTreeSet::new();
-        let mut named_blobs: BTreeSet<Hash> = BTreeSet::new();
-        for (&oid, revs) in &by_oid {
-            for (t, r) in revs {
-                if removed.contains(&(oid, *t)) {
-                    if r.blob.is_some() {
-                        stats.blob_revisions_removed.push((oid, *t));
-                    }
+        let mut pages = Pages::new(prefix(records::data_prefix()));
+        while let Some(page) = pages.next(&self.kv).await? {
+            for (k, v) in page {
+                progress.advance(1);
+                let Some(h) = records::parse_data_key(&k) else {
+                    continue;
+                };
+                if named.contains(&h) {
                     continue;
                 }
-                if let Some(h) = r.data {
-                    named.insert(h);
+                let rec = DataRecord::decode(&k, &v)?;
+                for n in 0..rec.chunks {
+                    batch.delete(records::chunk_key(&h, n));
                 }
-                if let Some(b) = r.blob {
-                    named_blobs.insert(b);
-                }
+                batch.delete(k);
+                stats.data_removed += 1;
+            }
+            if batch.len() >= PACK_BATCH {
+                handle::commit(&self.kv, std::mem::take(&mut batch)).await?;
+                pause("pack-data-batch");
             }
         }
-        for (k, v) in self.kv.scan(prefix(records::data_prefix()), None).await? {
-            let Some(h) = records::parse_data_key(&k) else {
-                continue;
-            };
-            if named.contains(&h) {
-                continue;
-            }
-            let rec = DataRecord::decode(&k, &v)?;
-            for n in 0..rec.chunks {
-                ops.push((records::chunk_key(&h, n), None));
-            }
-            ops.push((k, None));
-            stats.data_removed += 1;
-        }
-        for chunk in ops.chunks(PACK_BATCH) {
-            for (k, v) in chunk {
-                match v {
-                    Some(v) => batch.put(k.clone(), v.clone()),
-                    None => batch.delete(k.clone()),
-                };
-            }
-            handle::commit(&self.kv, std::mem::take(&mut batch)).await?;
-        }
-        self.cache.clear();
+        handle::commit(&self.kv, batch).await?;
         // Blobs last: the revisions naming them are gone now, and uploads for new
         // revisions happen under the commit lock this pack holds.
         let blob_err = |f: crate::blobs::BlobFailure| ObjError::Blob {
@@ -214,6 +453,88 @@ impl VersionedStore {
                 stats.blobs_removed += 1;
             }
         }
-        Ok(stats)
+        Ok(())
+    }
+}
+
+/// A sweep batch and the objects it removes (the count is written in the same commit).
+#[derive(Default)]
+struct Counted {
+    batch: Batch,
+    objects_removed: u64,
+}
+
+fn rev_tid(k: &[u8]) -> Result<Tid> {
+    records::parse_rev_key(k)
+        .map(|(_, t)| t)
+        .ok_or_else(|| ObjError::Damaged {
+            key: hex(k),
+            reason: "not a revision key".into(),
+        })
+}
+
+/// A Bloom filter of content hashes: "not in it" is certain, "in it" is not. The keys are
+/// already BLAKE3 hashes, so the filter's positions come from their bits (salted per pack,
+/// so a record one pack keeps by a false positive the next can collect) and no hashing is
+/// needed: why it is written here rather than taken from a crate.
+struct NamedFilter {
+    bits: Vec<u64>,
+    mask: u64,
+    salt: u64,
+}
+
+impl NamedFilter {
+    const HASHES: u64 = 7;
+
+    /// A filter for about `items` keys at 10 bits each, at most `max_bytes`.
+    fn new(items: u64, max_bytes: usize, salt: u64) -> Self {
+        let want_bits = items.saturating_mul(10).max(1 << 16);
+        let max_bits = (max_bytes as u64 * 8).max(1 << 16);
+        let bits = want_bits.min(max_bits).next_power_of_two().min(max_bits.next_power_of_two());
+        NamedFilter {
+            bits: vec![0; (bits / 64) as usize],
+            mask: bits - 1,
+            salt,
+        }
+    }
+
+    fn positions(&self, h: &Hash) -> impl Iterator<Item = u64> + use<> {
+        let word = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&h[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        let h1 = word(0) ^ self.salt;
+        let h2 = word(8) | 1;
+        let mask = self.mask;
+        (0..Self::HASHES).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) & mask)
+    }
+
+    fn insert(&mut self, h: &Hash) {
+        for p in self.positions(h).collect::<Vec<_>>() {
+            self.bits[(p / 64) as usize] |= 1 << (p % 64);
+        }
+    }
+
+    fn contains(&self, h: &Hash) -> bool {
+        self.positions(h)
+            .all(|p| self.bits[(p / 64) as usize] & (1 << (p % 64)) != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NamedFilter;
+
+    #[test]
+    fn the_filter_never_forgets_and_rarely_invents() {
+        let key = |i: u32| *blake3::hash(&i.to_le_bytes()).as_bytes();
+        let mut f = NamedFilter::new(10_000, 1 << 20, 42);
+        for i in 0..10_000 {
+            f.insert(&key(i));
+        }
+        assert!((0..10_000).all(|i| f.contains(&key(i))));
+        let false_positives = (10_000..110_000).filter(|&i| f.contains(&key(i))).count();
+        assert!(false_positives < 3_000, "{false_positives} of 100000");
     }
 }

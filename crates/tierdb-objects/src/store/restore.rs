@@ -40,6 +40,7 @@ impl VersionedStore {
         // Revisions written by this batch, for `prev` and data_txn lookups within it.
         let mut latest: HashMap<Oid, Tid> = HashMap::new();
         let mut written: HashMap<(Oid, Tid), Revision> = HashMap::new();
+        let mut created = 0u64;
         for txn in &txns {
             let Some(tid) = txn.restore else {
                 return Err(ObjError::Invalid(
@@ -63,6 +64,9 @@ impl VersionedStore {
                     Some(&t) => t,
                     None => self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t),
                 };
+                if prev == Tid::ZERO {
+                    created += 1;
+                }
                 let rev = self
                     .restored_revision(
                         Restored {
@@ -100,8 +104,13 @@ impl VersionedStore {
             }
         }
         batch.put(records::meta_key(), meta.encode());
+        let count = self.count_change(created, 0);
+        if let Some(n) = count {
+            batch.put(records::count_key(), records::encode_oids(n));
+        }
         handle::commit(&self.kv, batch).await?;
         *self.meta.lock() = meta;
+        self.set_count(count);
         self.cache.forget(latest.keys().copied());
         self.oids.lock().skip_to(meta.oid_reserved);
         Ok((meta.last_tid, counts))
