@@ -38,6 +38,9 @@ echo "== tierdb zodb import/verify/pack/stats and the pickle reference reader (p
 echo "== SIGKILL of tierdb zodb pack at every pass: nothing lost, the next pack completes (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_pack_crash.py")
+echo "== stats, verify, pack, undoLog, iterator, loadBefore in bounded memory (pytest; 5 x 10^4 objects here, 10^6 for the proof)"
+(cd "$ZT" && TIERDB_MEMORY_OBJECTS=50000 TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 1200 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_zodb_memory.py")
 echo "== SQL: tierdb sql/import/serve (psql) on a local directory and MinIO; SSB answers vs DuckDB at SF 0.1"
 if ! command -v psql >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{ErrorKind, ObjError, Result};
 use crate::filestorage::{FsReader, FsTxn};
 use crate::ids::{Oid, Tid};
-use crate::store::{RestoreStats, Txn, VersionedStore};
+use crate::store::{ImportState, RestoreStats, Txn, VersionedStore};
 
 /// How to import.
 #[derive(Debug, Clone)]
@@ -99,35 +99,124 @@ pub async fn import_filestorage(
     if resume_after != Tid::ZERO {
         progress.resuming(resume_after);
     }
-    let mut reader = FsReader::open(src)?;
+    let len = std::fs::metadata(src).map(|m| m.len()).unwrap_or(0);
+    // About one record per 100 bytes of a Data.fs (headers included).
+    let mut state = ImportState::new(store, len / 100);
     let mut report = ImportReport::default();
-    let mut group: Vec<Txn> = Vec::new();
-    let mut group_size = 0u64;
-    loop {
-        let next = reader.next_txn()?;
-        let done = next.is_none();
-        if let Some(t) = next {
-            if t.tid <= resume_after {
-                report.skipped += 1;
-            } else {
-                group_size += t.bytes;
-                report.records += t.records.len() as u64;
-                group.push(to_txn(t, options.blob_dir.as_deref(), &layout)?);
+    // Reading, parsing, hashing and compressing run on their own threads, a group ahead of
+    // the commits (which write each group as one durable key-value commit, in order).
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Group>>(2);
+    let reader = {
+        let src = src.to_path_buf();
+        let blob_dir = options.blob_dir.clone();
+        let group_bytes = options.group_bytes;
+        tokio::task::spawn_blocking(move || {
+            let sent = read_groups(&src, blob_dir.as_deref(), &layout, group_bytes, resume_after, &tx);
+            if let Err(e) = sent {
+                let _ = tx.blocking_send(Err(e));
+            }
+        })
+    };
+    let mut failed = None;
+    while let Some(group) = rx.recv().await {
+        let group = match group {
+            Ok(g) => g,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
+        report.skipped += group.skipped;
+        report.records += group.records;
+        if !group.txns.is_empty() {
+            let n = group.txns.len() as u64;
+            match store.restore_many_with(group.txns, Some(&mut state)).await {
+                Ok((_, stored)) => {
+                    report.transactions += n;
+                    report.stored += stored;
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             }
         }
-        if !group.is_empty() && (done || group_size >= options.group_bytes) {
-            let n = group.len() as u64;
-            let (_, stored) = store.restore_many(std::mem::take(&mut group)).await?;
-            report.transactions += n;
-            report.stored += stored;
-            group_size = 0;
+        report.bytes_read = group.position;
+        progress.importing(group.position, len, report.transactions);
+    }
+    drop(rx);
+    let _ = reader.await;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
+}
+
+/// A group of transactions, read and prepared, for one commit.
+struct Group {
+    txns: Vec<Txn>,
+    records: u64,
+    skipped: u64,
+    /// Where the reader is in the file after this group.
+    position: u64,
+}
+
+/// Reads the file into groups of about `group_bytes`, prepares each (hash and compress on
+/// every core) and sends it; stops when the receiver is gone.
+fn read_groups(
+    src: &Path,
+    blob_dir: Option<&Path>,
+    layout: &str,
+    group_bytes: u64,
+    resume_after: Tid,
+    tx: &tokio::sync::mpsc::Sender<Result<Group>>,
+) -> Result<()> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut reader = FsReader::open(src)?;
+    loop {
+        let mut group = Group {
+            txns: Vec::new(),
+            records: 0,
+            skipped: 0,
+            position: 0,
+        };
+        let mut size = 0u64;
+        let mut done = false;
+        while size < group_bytes {
+            match reader.next_txn()? {
+                Some(t) if t.tid <= resume_after => group.skipped += 1,
+                Some(t) => {
+                    size += t.bytes;
+                    group.records += t.records.len() as u64;
+                    group.txns.push(to_txn(t, blob_dir, layout)?);
+                }
+                None => {
+                    done = true;
+                    break;
+                }
+            }
         }
-        report.bytes_read = reader.position();
-        progress.importing(reader.position(), reader.len(), report.transactions);
-        if done {
-            return Ok(report);
+        prepare_all(&mut group.txns, threads)?;
+        group.position = reader.position();
+        if tx.blocking_send(Ok(group)).is_err() || done {
+            return Ok(());
         }
     }
+}
+
+/// Hashes and compresses the records of `txns` on `threads` threads.
+fn prepare_all(txns: &mut [Txn], threads: usize) -> Result<()> {
+    let per = txns.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = txns
+            .chunks_mut(per)
+            .map(|chunk| s.spawn(move || chunk.iter_mut().try_for_each(Txn::prepare)))
+            .collect();
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .unwrap_or_else(|_| Err(ObjError::Invalid("a prepare thread panicked".into())))
+        })
+    })
 }
 
 /// ZODB's blob file name of a revision: its tid as ZODB's `tid_repr` writes it.

@@ -25,7 +25,7 @@ pub use import::{
 };
 pub use records::{TxnMeta, TxnRecord};
 pub use store::{
-    DataRecordInfo, HistoryEntry, NoProgress, PackStats, Progress, References, RestoreStats, StoreStats, TransactionInfo,
+    DataRecordInfo, HistoryEntry, ImportState, NoProgress, PackStats, Progress, References, RestoreStats, StoreStats, TransactionInfo,
     Txn, VerifyReport, VersionedStore, Voted,
 };
 pub use tierdb_kv::KvHandle;

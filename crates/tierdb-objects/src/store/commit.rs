@@ -5,6 +5,34 @@ use super::*;
 /// Oids reserved per durable reservation.
 const OID_BLOCK: u64 = 1024;
 
+/// Object data hashed and compressed, ready to be stored: the CPU-bound half of storing
+/// it, which an import does on several threads.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub(super) hash: Hash,
+    pub(super) codec: u8,
+    pub(super) raw_len: u64,
+    pub(super) stored: Bytes,
+}
+
+/// Hashes and compresses `data` (zstd, kept only when smaller).
+pub fn prepare_data(data: &[u8]) -> Result<Prepared> {
+    let hash = *blake3::hash(data).as_bytes();
+    let compressed = with_compressor(|c| c.compress(data))
+        .map_err(|e| ObjError::Invalid(format!("zstd: {e}")))?;
+    let (codec, stored) = if compressed.len() < data.len() {
+        (1, Bytes::from(compressed))
+    } else {
+        (0, Bytes::copy_from_slice(data))
+    };
+    Ok(Prepared {
+        hash,
+        codec,
+        raw_len: data.len() as u64,
+        stored,
+    })
+}
+
 impl VersionedStore {
     /// A new object id, never handed out before (oids are reserved durably in blocks, so a
     /// crash can leave gaps but never reuse one).
@@ -62,46 +90,64 @@ impl VersionedStore {
         staged: &mut BTreeSet<Hash>,
         counts: Option<&mut RestoreStats>,
     ) -> Result<Hash> {
-        let h = *blake3::hash(data).as_bytes();
+        let p = prepare_data(data)?;
+        self.stage_prepared(&p, batch, staged, counts, None).await
+    }
+
+    /// Adds the data records of prepared data to `batch` unless already stored; returns
+    /// its hash. With an import's `seen` filter, data the filter has never seen is known to
+    /// be new to a store that was empty when the import began: no lookup.
+    pub(super) async fn stage_prepared(
+        &self,
+        p: &Prepared,
+        batch: &mut Batch,
+        staged: &mut BTreeSet<Hash>,
+        counts: Option<&mut RestoreStats>,
+        seen: Option<&mut filter::NamedFilter>,
+    ) -> Result<Hash> {
+        let h = p.hash;
         let mut counts = counts;
         if let Some(c) = counts.as_deref_mut() {
             c.records += 1;
-            c.logical_bytes += data.len() as u64;
+            c.logical_bytes += p.raw_len;
         }
-        if staged.contains(&h) || self.kv.get(&records::data_key(&h)).await?.is_some() {
+        if staged.contains(&h) {
+            return Ok(h);
+        }
+        let stored_before = match seen {
+            Some(f) if !f.contains(&h) => {
+                f.insert(&h);
+                false
+            }
+            _ => self.kv.get(&records::data_key(&h)).await?.is_some(),
+        };
+        if stored_before {
             return Ok(h);
         }
         staged.insert(h);
-        let compressed = with_compressor(|c| c.compress(data))
-            .map_err(|e| ObjError::Invalid(format!("zstd: {e}")))?;
-        let (codec, stored) = if compressed.len() < data.len() {
-            (1, Bytes::from(compressed))
-        } else {
-            (0, Bytes::copy_from_slice(data))
-        };
-        let stored_len = stored.len() as u64;
-        let rec = if stored.len() <= INLINE_MAX {
+        let stored_len = p.stored.len() as u64;
+        let rec = if p.stored.len() <= INLINE_MAX {
             DataRecord {
-                codec,
-                raw_len: data.len() as u64,
-                inline: stored,
+                codec: p.codec,
+                raw_len: p.raw_len,
+                inline: p.stored.clone(),
                 chunks: 0,
             }
         } else {
             let mut n = 0u32;
-            for chunk in stored.chunks(CHUNK_BYTES) {
+            for chunk in p.stored.chunks(CHUNK_BYTES) {
                 batch.put(records::chunk_key(&h, n), records::encode_chunk(chunk));
                 n += 1;
             }
             DataRecord {
-                codec,
-                raw_len: data.len() as u64,
+                codec: p.codec,
+                raw_len: p.raw_len,
                 inline: Bytes::new(),
                 chunks: n,
             }
         };
         if let Some(c) = counts {
-            c.new_bytes += data.len() as u64;
+            c.new_bytes += p.raw_len;
             c.new_stored_bytes += stored_len;
         }
         batch.put(records::data_key(&h), rec.encode());
@@ -188,6 +234,7 @@ impl VersionedStore {
                     &mut staged,
                     None,
                     &HashMap::new(),
+                    None,
                 )
                 .await?;
             revisions.insert(oid, rev);

@@ -3,6 +3,7 @@
 
 mod cache;
 mod commit;
+mod filter;
 mod iter;
 mod pack;
 mod restore;
@@ -12,7 +13,7 @@ mod verify;
 pub use cache::DEFAULT_RECORD_CACHE_BYTES;
 pub use iter::{DataRecordInfo, TransactionInfo};
 pub use pack::{NoProgress, PackStats, Progress, References};
-pub use restore::RestoreStats;
+pub use restore::{ImportState, RestoreStats};
 pub use txn::{Txn, Voted};
 pub use verify::{StoreStats, VerifyReport};
 

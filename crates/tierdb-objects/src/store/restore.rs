@@ -27,6 +27,16 @@ impl VersionedStore {
     /// in tid order after the store's last transaction. All or none are committed. Returns
     /// the last tid.
     pub async fn restore_many(&self, txns: Vec<Txn>) -> Result<(Tid, RestoreStats)> {
+        self.restore_many_with(txns, None).await
+    }
+
+    /// [`Self::restore_many`] for an import: `import` remembers what earlier groups wrote
+    /// (see [`ImportState`]), and records may come prepared ([`Txn::prepare`]).
+    pub async fn restore_many_with(
+        &self,
+        txns: Vec<Txn>,
+        mut import: Option<&mut ImportState>,
+    ) -> Result<(Tid, RestoreStats)> {
         let mut counts = RestoreStats::default();
         if self.kv.is_read_only() {
             return Err(ObjError::ReadOnly {
@@ -62,6 +72,13 @@ impl VersionedStore {
             for (&oid, (data, data_txn)) in &txn.restored {
                 let prev = match latest.get(&oid) {
                     Some(&t) => t,
+                    // An import into an empty store knows the objects it has not written.
+                    None if import
+                        .as_deref()
+                        .is_some_and(|i| i.fresh && !i.oids.contains(oid.0)) =>
+                    {
+                        Tid::ZERO
+                    }
                     None => self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t),
                 };
                 if prev == Tid::ZERO {
@@ -81,6 +98,7 @@ impl VersionedStore {
                         &mut staged,
                         Some(&mut counts),
                         &written,
+                        import.as_deref_mut().map(|i| &mut i.seen),
                     )
                     .await?;
                 batch.put(records::rev_key(oid, tid), rev.encode());
@@ -111,9 +129,37 @@ impl VersionedStore {
         handle::commit(&self.kv, batch).await?;
         *self.meta.lock() = meta;
         self.set_count(count);
+        if let Some(i) = import {
+            i.oids.extend(latest.keys().map(|o| o.0));
+        }
         self.cache.forget(latest.keys().copied());
         self.oids.lock().skip_to(meta.oid_reserved);
         Ok((meta.last_tid, counts))
+    }
+}
+
+/// What an import remembers between its groups, so it does not ask the store what it
+/// wrote itself: the objects written so far (a compressed bitmap of oids) and a filter of
+/// the data written so far (64 MiB; a hash it has never seen is new to a store that was
+/// empty when the import began, anything else is looked up).
+#[derive(Debug)]
+pub struct ImportState {
+    /// The store had no transaction when the import began.
+    fresh: bool,
+    oids: roaring::RoaringTreemap,
+    seen: super::filter::NamedFilter,
+}
+
+impl ImportState {
+    /// The state of an import of about `records` records into `store`.
+    pub fn new(store: &VersionedStore, records: u64) -> Self {
+        let fresh = store.last_tid() == Tid::ZERO;
+        ImportState {
+            fresh,
+            oids: roaring::RoaringTreemap::new(),
+            // A store with data already (a resumed import) is always asked.
+            seen: super::filter::NamedFilter::new(if fresh { records } else { 0 }, 64 << 20, 0),
+        }
     }
 }
 
@@ -140,12 +186,16 @@ impl VersionedStore {
         staged: &mut BTreeSet<Hash>,
         counts: Option<&mut RestoreStats>,
         written: &HashMap<(Oid, Tid), Revision>,
+        seen: Option<&mut super::filter::NamedFilter>,
     ) -> Result<Revision> {
         let (data, blob) = match (r.data, r.data_txn) {
-            (Some(d), _) => (
-                Some(self.stage_data_counted(d, batch, staged, counts).await?),
-                self.upload_blob(r.txn, r.oid, r.tid).await?,
-            ),
+            (Some(d), _) => {
+                let hash = match r.txn.prepared.get(&r.oid) {
+                    Some(p) => self.stage_prepared(p, batch, staged, counts, seen).await?,
+                    None => self.stage_data_counted(d, batch, staged, counts).await?,
+                };
+                (Some(hash), self.upload_blob(r.txn, r.oid, r.tid).await?)
+            }
             (None, Some(from)) => {
                 let rev = match written.get(&(r.oid, from)) {
                     Some(rev) => Some(*rev),

@@ -16,6 +16,8 @@ pub struct Txn {
     pub(super) restored: BTreeMap<Oid, (Option<Bytes>, Option<Tid>)>,
     /// The commit time to base the tid on (seconds since the epoch); default: now.
     pub(super) clock: Option<f64>,
+    /// Restored data already hashed and compressed ([`Txn::prepare`]).
+    pub(super) prepared: HashMap<Oid, super::commit::Prepared>,
 }
 
 impl Txn {
@@ -58,6 +60,17 @@ impl Txn {
     /// `data_txn`'s revision when `data` is `None` and `data_txn` is set).
     pub fn restore(&mut self, oid: Oid, data: Option<Bytes>, data_txn: Option<Tid>) {
         self.restored.insert(oid, (data, data_txn));
+    }
+
+    /// Hashes and compresses the restored records' data now (CPU only, no store access),
+    /// so an import can do it on other threads than the one that commits.
+    pub fn prepare(&mut self) -> Result<()> {
+        for (&oid, (data, _)) in &self.restored {
+            if let Some(d) = data {
+                self.prepared.insert(oid, super::commit::prepare_data(d)?);
+            }
+        }
+        Ok(())
     }
 
     /// Fails the vote unless `oid`'s current revision is still `serial`.
