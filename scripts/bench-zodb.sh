@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The ZODB benchmarks (issue 4), release builds, MinIO started here:
 #  1. zodbshootout's operations (add, update, cold, warm, hot) on TierStorage (local
-#     directory; MinIO without and with a device tier) beside FileStorage, RelStorage on
-#     SQLite and ZEO: python/bench/zodb_bench.py.
+#     directory; MinIO with a device tier in write-back mode) beside FileStorage,
+#     RelStorage on SQLite, ZEO over FileStorage and ZEO over TierStorage, with one client
+#     process and with CLIENTS (default 4) at once: python/bench/zodb_bench.py.
 #  2. Import throughput: a generated Data.fs of SIZE (default 1GiB, kept in
 #     ~/.cache/tierdb/bench) imported with `tierdb zodb import` into a local directory and
 #     into MinIO, with the dedup and compression ratios it reports.
@@ -27,7 +28,7 @@ minio_start
 export TIERDB_BENCH_S3_URL=$TIERDB_TEST_S3_URL
 
 echo "== zodbshootout operations, $OBJECTS objects in $TXNS transactions"
-"$PY" python/bench/zodb_bench.py --objects "$OBJECTS" --txns "$TXNS" --out "$OUT" | tee "$OUT/zodb-bench.txt"
+"$PY" python/bench/zodb_bench.py --objects "$OBJECTS" --txns "$TXNS" --clients "${CLIENTS:-4}" --out "$OUT" | tee "$OUT/zodb-bench.txt"
 
 DATAFS=$HOME/.cache/tierdb/bench/Data-$SIZE.fs
 if [ ! -f "$DATAFS" ]; then
