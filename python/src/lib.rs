@@ -563,7 +563,10 @@ impl Store {
 
     /// The key-value database's size on the store (the writer's estimate; 0 on a follower).
     fn approx_size(&self) -> u64 {
-        self.store.kv().writer().map_or(0, |w| w.info().total_bytes())
+        self.store
+            .kv()
+            .writer()
+            .map_or(0, |w| w.info().total_bytes())
     }
 
     fn stats<'p>(&self, py: Python<'p>) -> PyResult<Bound<'p, PyDict>> {

@@ -111,7 +111,14 @@ pub async fn import_filestorage(
         let blob_dir = options.blob_dir.clone();
         let group_bytes = options.group_bytes;
         tokio::task::spawn_blocking(move || {
-            let sent = read_groups(&src, blob_dir.as_deref(), &layout, group_bytes, resume_after, &tx);
+            let sent = read_groups(
+                &src,
+                blob_dir.as_deref(),
+                &layout,
+                group_bytes,
+                resume_after,
+                &tx,
+            );
             if let Err(e) = sent {
                 let _ = tx.blocking_send(Err(e));
             }

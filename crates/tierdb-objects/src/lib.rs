@@ -25,8 +25,8 @@ pub use import::{
 };
 pub use records::{TxnMeta, TxnRecord};
 pub use store::{
-    DataRecordInfo, HistoryEntry, ImportState, NoProgress, PackStats, Progress, References, RestoreStats, StoreStats, TransactionInfo,
-    Txn, VerifyReport, VersionedStore, Voted,
+    DataRecordInfo, HistoryEntry, ImportState, NoProgress, PackStats, Progress, References,
+    RestoreStats, StoreStats, TransactionInfo, Txn, VerifyReport, VersionedStore, Voted,
 };
 pub use tierdb_kv::KvHandle;
 pub use tierdb_store::Damage;

@@ -344,7 +344,10 @@ async fn a_head_left_by_an_interrupted_pack_is_removed_with_its_data() {
     s.kv().writer().unwrap().commit(b).await.unwrap();
     let report = s.verify().await.unwrap();
     assert!(
-        report.problems.iter().any(|p| p.contains("head names revision")),
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("head names revision")),
         "{report:?}"
     );
     s.pack(Tid::from_unix(4e9), None).await.unwrap();

@@ -64,10 +64,7 @@ impl RecordCache {
     }
 
     pub fn get(&self, oid: Oid) -> Option<Cached> {
-        self.entries
-            .as_ref()?
-            .get(&oid)
-            .map(|e| e.value().clone())
+        self.entries.as_ref()?.get(&oid).map(|e| e.value().clone())
     }
 
     pub fn epoch(&self) -> Epoch {
@@ -90,8 +87,7 @@ impl RecordCache {
         for (oid, entry) in revisions {
             c.insert(oid, entry);
         }
-        self.epoch
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Forgets `oids` (changed by transactions a follower caught up with).
@@ -101,16 +97,14 @@ impl RecordCache {
         for oid in oids {
             c.remove(&oid);
         }
-        self.epoch
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     pub fn clear(&self) {
         let Some(c) = &self.entries else { return };
         let _g = self.lock.lock();
         c.clear();
-        self.epoch
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -125,7 +119,10 @@ impl VersionedStore {
             Bound::Excluded(records::wrote_key(from, Oid(u64::MAX))),
             Bound::Included(records::wrote_key(to, Oid(u64::MAX))),
         );
-        let wrote = self.kv.scan(range, Some(REFRESH_INVALIDATE_MAX + 1)).await?;
+        let wrote = self
+            .kv
+            .scan(range, Some(REFRESH_INVALIDATE_MAX + 1))
+            .await?;
         if wrote.len() > REFRESH_INVALIDATE_MAX {
             self.cache.clear();
         } else {

@@ -28,7 +28,10 @@ impl NamedFilter {
     pub fn new(items: u64, max_bytes: usize, salt: u64) -> Self {
         let want_bits = items.saturating_mul(10).max(1 << 16);
         let max_bits = (max_bytes as u64 * 8).max(1 << 16);
-        let bits = want_bits.min(max_bits).next_power_of_two().min(max_bits.next_power_of_two());
+        let bits = want_bits
+            .min(max_bits)
+            .next_power_of_two()
+            .min(max_bits.next_power_of_two());
         NamedFilter {
             bits: vec![0; (bits / 64) as usize],
             mask: bits - 1,

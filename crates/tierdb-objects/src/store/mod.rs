@@ -183,7 +183,11 @@ impl VersionedStore {
         }
         let heads = self.meta.lock().heads;
         let (what, mut last, mut n) = (
-            if heads { Bytes::from_static(b"h") } else { records::revisions_prefix() },
+            if heads {
+                Bytes::from_static(b"h")
+            } else {
+                records::revisions_prefix()
+            },
             None,
             0u64,
         );

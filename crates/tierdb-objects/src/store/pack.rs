@@ -225,7 +225,8 @@ impl VersionedStore {
                 };
                 if group_oid != Some(oid) {
                     if let Some(g) = group_oid {
-                        kept += self.sweep_object(g, &group, pack_tid, reachable, stats, &mut batch);
+                        kept +=
+                            self.sweep_object(g, &group, pack_tid, reachable, stats, &mut batch);
                         self.stale_heads(&mut head_pages, &mut head_buf, Some(g), &mut batch)
                             .await?;
                         if batch.batch.len() >= PACK_BATCH {
@@ -473,4 +474,3 @@ fn rev_tid(k: &[u8]) -> Result<Tid> {
             reason: "not a revision key".into(),
         })
 }
-

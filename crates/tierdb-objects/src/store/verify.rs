@@ -114,7 +114,9 @@ impl VersionedStore {
                     if self.kv.get(&records::txn_key(tid)).await?.is_none() {
                         problem(
                             &mut r,
-                            format!("object {oid} revision {tid}: its transaction record is missing"),
+                            format!(
+                                "object {oid} revision {tid}: its transaction record is missing"
+                            ),
                         );
                     } else {
                         if tids.len() >= TIDS_MAX {
@@ -128,7 +130,10 @@ impl VersionedStore {
                 {
                     problem(
                         &mut r,
-                        format!("object {oid} revision {tid}: its data d{} is missing", hex(&h)),
+                        format!(
+                            "object {oid} revision {tid}: its data d{} is missing",
+                            hex(&h)
+                        ),
                     );
                 }
                 if let Some(b) = rev.blob
@@ -140,7 +145,10 @@ impl VersionedStore {
                     blobs.insert(b);
                     r.blobs += 1;
                     if let Err(e) = self.blobs.exists(&b).await {
-                        problem(&mut r, format!("object {oid} revision {tid}: blob {}", e.reason));
+                        problem(
+                            &mut r,
+                            format!("object {oid} revision {tid}: blob {}", e.reason),
+                        );
                     }
                 }
             }
