@@ -290,3 +290,41 @@ def test_prefetch_warms_the_caches_for_the_loads_that_follow(tmp_path):
         assert [conn2.get(o)["i"] for o in oids] == list(range(50))
     finally:
         db.close()
+
+
+def test_an_interrupted_import_resumes_to_the_same_database(tmp_path):
+    """An import that stopped part way (here: of a Data.fs copied half way through its
+    history) continues after the store's last transaction, deduplicating against what the
+    first run stored, and ends with the database a single import makes."""
+    fs_path = str(tmp_path / "Data.fs")
+    db = ZODB.DB(FileStorage(fs_path))
+    with db.transaction() as conn:
+        conn.root()["tree"] = OOBTree()
+    for i in range(40):
+        with db.transaction() as conn:
+            # Half the states repeat earlier ones (dedup across the resume point).
+            conn.root()["tree"]["k%d" % (i % 10)] = PersistentMapping({"v": i % 20})
+        if i == 19:
+            db.close()
+            import shutil
+            shutil.copy(fs_path, str(tmp_path / "half.fs"))
+            db = ZODB.DB(FileStorage(fs_path))
+    db.close()
+    resumed, whole = str(tmp_path / "resumed"), str(tmp_path / "whole")
+    tierdb("zodb", "import", str(tmp_path / "half.fs"), resumed)
+    out = tierdb("zodb", "import", fs_path, resumed).stdout
+    assert "already there skipped" in out, out
+    tierdb("zodb", "import", fs_path, whole)
+
+    def stats(path):
+        lines = tierdb("zodb", "stats", path).stdout.splitlines()
+        return [line for line in lines if not line.startswith("object store")]
+    assert stats(resumed) == stats(whole)
+    a, b = TierStorage(resumed, create=False), TierStorage(whole, create=False)
+    try:
+        for t1, t2 in zip(a.iterator(), b.iterator()):
+            assert t1.tid == t2.tid
+            assert [(r.oid, r.data) for r in t1] == [(r.oid, r.data) for r in t2]
+    finally:
+        a.close()
+        b.close()

@@ -28,6 +28,10 @@ OBJECTS = int(os.environ.get("TIERDB_MEMORY_OBJECTS", "100000"))
 # holding the store's keys alone (2 x 10^6 revisions, data and head records) would exceed
 # it several times over; at CI's 10^5 this is a smoke test, not the proof.
 MARGIN_MB = 16 + 32 + 16 + 32
+# Pack also writes: the KV writer's memtable (16 MiB), one being written out as an L0 SST
+# beside it (16 MiB) and the in-process compactor's buffers (32 MiB) fill on the large
+# database. (Measured at 5 x 10^3 / 5 x 10^4 objects: 149 / 250 MB.)
+WRITER_MARGIN_MB = 16 + 16 + 32
 
 BUILD = textwrap.dedent("""
     import sys, transaction, ZODB
@@ -70,7 +74,8 @@ APIS = textwrap.dedent("""
         for r in t:
             pass
         txns += 1
-    assert 0 < len(log) <= min(20, txns), (len(log), txns)
+    # (After a pack no transaction is undoable: the log may be empty.)
+    assert len(log) <= min(20, txns), (len(log), txns)
     last = s.lastTransaction()
     for i in range(1, 200):
         s.loadBefore(p64(i), last)
@@ -121,7 +126,8 @@ def test_whole_store_commands_run_in_bounded_memory(databases, command):
     large, out = run(databases["large"])
     print("%s: %.0f MB at %d objects, %.0f MB at %d" % (
         " ".join(command), small, OBJECTS // 10, large, OBJECTS))
-    assert large <= small + MARGIN_MB, (
+    margin = MARGIN_MB + (WRITER_MARGIN_MB if command[1] == "pack" else 0)
+    assert large <= small + margin, (
         "%s: peak %.0f MB at %d objects vs %.0f MB at %d" % (
             " ".join(command), large, OBJECTS, small, OBJECTS // 10))
 

@@ -98,7 +98,10 @@ impl VersionedStore {
                         &mut staged,
                         Some(&mut counts),
                         &written,
-                        import.as_deref_mut().map(|i| &mut i.seen),
+                        import
+                            .as_deref_mut()
+                            .filter(|i| i.fresh)
+                            .map(|i| &mut i.seen),
                     )
                     .await?;
                 batch.put(records::rev_key(oid, tid), rev.encode());
