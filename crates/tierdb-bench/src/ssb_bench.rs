@@ -32,6 +32,11 @@ pub struct SsbBenchConfig {
     /// Read the segment files straight from the local filesystem (a database in a local
     /// directory only): the same plans without tierdb's store layers.
     pub direct_files: bool,
+    /// Plain DataFusion instead of tierdb: a fresh `SessionContext` with DataFusion's
+    /// defaults (and `threads` partitions), each table a `ListingTable` over the same
+    /// segment files read from the local filesystem (a database in a local directory only).
+    /// The peer that shows what tierdb's own layers cost.
+    pub plain_datafusion: bool,
     pub extent_elimination: bool,
     /// Only these queries (names like `Q1.1`); all 13 when empty.
     pub queries: Vec<String>,
@@ -83,6 +88,9 @@ pub async fn run(config: &SsbBenchConfig) -> Result<SsbReport> {
         extent_elimination: config.extent_elimination,
     };
     let mut report = SsbReport::default();
+    if config.plain_datafusion {
+        return run_plain(config, &selected).await;
+    }
     if config.cold {
         for (name, sql) in &selected {
             // A fresh open empties the DRAM tier; a device tier is emptied by giving this
@@ -139,6 +147,131 @@ pub async fn run(config: &SsbBenchConfig) -> Result<SsbReport> {
     measured?;
     closed.map_err(engine_error)?;
     Ok(report)
+}
+
+/// The same queries in plain DataFusion over the same files (see
+/// [`SsbBenchConfig::plain_datafusion`]): one warming run, then the best of `runs`.
+async fn run_plain(config: &SsbBenchConfig, selected: &[(&str, &str)]) -> Result<SsbReport> {
+    let root = match tierdb_engine::locate(&config.db) {
+        Ok((tierdb_store::StoreUrl::Local(root), _)) => root,
+        _ => {
+            return Err(BenchError::input(format!(
+                "{}: --plain-datafusion reads the segment files from the local filesystem \
+                 and needs a database in a local directory",
+                config.db
+            )));
+        }
+    };
+    let db = Database::open(&config.db, &config.open)
+        .await
+        .map_err(engine_error)?;
+    let made = plain_context(&db, &root, config.engine.threads).await;
+    let closed = db.close().await;
+    let ctx = made?;
+    closed.map_err(engine_error)?;
+    let mut report = SsbReport::default();
+    for (name, sql) in selected {
+        let runs = if config.once { 1 } else { config.runs.max(1) };
+        if !config.once {
+            plain_query(&ctx, name, sql, &mut String::new()).await?;
+        }
+        let mut best: Option<QueryRun> = None;
+        for i in 0..runs {
+            let mut text = String::new();
+            let r = plain_query(&ctx, name, sql, &mut text).await?;
+            if i == 0 {
+                report.answers.push_str(&text);
+            }
+            if best.as_ref().is_none_or(|b| r.seconds < b.seconds) {
+                best = Some(r);
+            }
+        }
+        report.runs.extend(best);
+    }
+    Ok(report)
+}
+
+/// A DataFusion context with its defaults, every table of `db` registered as a listing
+/// table over its committed segment files under `root`.
+async fn plain_context(
+    db: &Database,
+    root: &Path,
+    threads: usize,
+) -> Result<datafusion::prelude::SessionContext> {
+    use datafusion::datasource::file_format::parquet::ParquetFormat;
+    use datafusion::datasource::listing::{
+        ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+    };
+    let df = |e: datafusion::error::DataFusionError| BenchError::from(format!("plain DataFusion: {e}"));
+    let ctx = datafusion::prelude::SessionContext::new_with_config(
+        datafusion::prelude::SessionConfig::new().with_target_partitions(threads.max(1)),
+    );
+    let tables = db.tables();
+    let state = ctx.state();
+    for def in tables.tables().await.map_err(|e| engine_error(e.into()))? {
+        let segments = tables
+            .segments(&def)
+            .await
+            .map_err(|e| engine_error(e.into()))?;
+        if segments.is_empty() {
+            continue;
+        }
+        let mut urls = Vec::with_capacity(segments.len());
+        for seg in &segments {
+            let file = root.join(&seg.path);
+            urls.push(ListingTableUrl::parse(file.to_string_lossy()).map_err(df)?);
+        }
+        let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+        let options = ListingOptions::new(Arc::new(format)).with_file_extension(".parquet");
+        let listing = ListingTableConfig::new_with_multi_paths(urls)
+            .with_listing_options(options)
+            .infer_schema(&state)
+            .await
+            .map_err(df)?;
+        let table = ListingTable::try_new(listing).map_err(df)?;
+        ctx.register_table(def.name.as_str(), Arc::new(table))
+            .map_err(df)?;
+    }
+    Ok(ctx)
+}
+
+async fn plain_query(
+    ctx: &datafusion::prelude::SessionContext,
+    name: &str,
+    sql: &str,
+    answers: &mut String,
+) -> Result<QueryRun> {
+    let failed = |e: datafusion::error::DataFusionError| BenchError::from(format!("{name}: {e}"));
+    let started = Instant::now();
+    let batches = ctx
+        .sql(sql)
+        .await
+        .map_err(failed)?
+        .collect()
+        .await
+        .map_err(failed)?;
+    let seconds = started.elapsed().as_secs_f64();
+    answers.push_str(&format!("-- {name}\n"));
+    let mut w = datafusion::arrow::csv::WriterBuilder::new()
+        .with_header(false)
+        .build(Vec::new());
+    for b in &batches {
+        w.write(b)
+            .map_err(|e| format!("{name}: cannot write the answer: {e}"))?;
+    }
+    answers.push_str(&String::from_utf8_lossy(&w.into_inner()));
+    Ok(QueryRun {
+        query: name.to_string(),
+        seconds,
+        rows: batches.iter().map(|b| b.num_rows()).sum(),
+        bytes_read: 0,
+        capacity_bytes: 0,
+        capacity_gets: 0,
+        capacity_heads: 0,
+        device_bytes: 0,
+        segments: 0,
+        segments_skipped: 0,
+    })
 }
 
 fn engine_error(e: tierdb_engine::Error) -> BenchError {

@@ -216,6 +216,11 @@ pub struct BenchSsbArgs {
     /// be a local directory.
     #[arg(long)]
     pub direct_files: bool,
+    /// Run the queries in plain DataFusion (its defaults, a listing table per table over
+    /// the same segment files) instead of tierdb: what tierdb's own layers cost. DB must
+    /// be a local directory.
+    #[arg(long, conflicts_with_all = ["cold", "direct_files"])]
+    pub plain_datafusion: bool,
     /// Skip segments with the extent map (on by default; off to measure what it saves).
     #[arg(long)]
     pub no_extent_elimination: bool,
@@ -244,6 +249,7 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
         cold: args.cold,
         once: args.once,
         direct_files: args.direct_files,
+        plain_datafusion: args.plain_datafusion,
         extent_elimination: !args.no_extent_elimination,
         queries: args.queries.clone(),
     };

@@ -13,6 +13,7 @@ use datafusion::arrow::array::RecordBatch;
 use tierdb_bench::ssb;
 use tierdb_engine::{Database, Role, Workload};
 use tierdb_tables::import::{Format, ImportOptions, ImportProgress, import};
+use tierdb_tables::segment::{SegmentCodec, SegmentOptions};
 use tierdb_tables::{EngineOptions, SqlEngine, StatementResult};
 
 use crate::args::KvArgs;
@@ -36,6 +37,13 @@ pub struct EngineArgs {
     /// DRAM for parsed Parquet footers and page indexes, kept across queries.
     #[arg(long, default_value = "256MiB")]
     pub metadata_cache: ByteSize,
+    /// Compression of the segments this process writes: none, snappy, lz4, zstd or
+    /// zstd:LEVEL (default: the measured choice, see docs/benchmarks.md).
+    #[arg(long)]
+    pub segment_codec: Option<SegmentCodec>,
+    /// Rows per Parquet row group in the segments this process writes.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1024..=(1 << 24)))]
+    pub row_group_rows: Option<u64>,
 }
 
 impl EngineArgs {
@@ -49,6 +57,18 @@ impl EngineArgs {
         };
         if let Some(t) = self.threads {
             o.threads = t.max(1);
+        }
+        o
+    }
+
+    /// How this process encodes the segments it writes.
+    pub fn segment_options(&self) -> SegmentOptions {
+        let mut o = SegmentOptions::default();
+        if let Some(codec) = self.segment_codec {
+            o.codec = codec;
+        }
+        if let Some(rows) = self.row_group_rows {
+            o.row_group_rows = rows as usize;
         }
         o
     }
@@ -151,7 +171,9 @@ pub async fn open_engine(
     role: Role,
 ) -> CliResult<(SqlEngine, Database)> {
     let database = Database::open(db, &kv.open_options(Workload::Tables, role)).await?;
-    match SqlEngine::new(Arc::new(database.tables()), &engine.options()) {
+    let mut tables = database.tables();
+    tables.segment_options = engine.segment_options();
+    match SqlEngine::new(Arc::new(tables), &engine.options()) {
         Ok(sql) => Ok((sql, database)),
         Err(e) => {
             let _ = database.close().await;

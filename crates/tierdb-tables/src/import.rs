@@ -162,7 +162,23 @@ pub async fn import(
         options.max_rejects,
         progress.clone(),
     ));
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, DataFusionError>>(8);
+    // One input partition per parser thread: the sort runs on every partition at once
+    // (DataFusion drives each on its own task under a multi-threaded runtime), then merges.
+    let partitions = options.threads.max(1);
+    let mut senders = Vec::with_capacity(partitions);
+    let mut inputs: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(partitions);
+    for _ in 0..partitions {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, DataFusionError>>(8);
+        senders.push(tx);
+        inputs.push(Arc::new(ChannelPartition {
+            schema: schema.clone(),
+            rx: Mutex::new(Some(rx)),
+        }));
+    }
+    // Parquet is read by one thread: its batches go round the partitions only where they
+    // are consumed at once (otherwise one full partition would wait for another).
+    let spread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     let reader = {
         let def = def.clone();
         let options = options.clone();
@@ -170,21 +186,12 @@ pub async fn import(
         let progress = progress.clone();
         std::thread::Builder::new()
             .name("tierdb-import".into())
-            .spawn(move || read_all(&def, &plans, &options, &rejects, &progress, &tx))
+            .spawn(move || read_all(&def, &plans, &options, &rejects, &progress, &senders, spread))
             .map_err(TableError::Io)?
     };
-    let input: Arc<dyn datafusion::physical_plan::ExecutionPlan> =
-        Arc::new(StreamingTableExec::try_new(
-            schema.clone(),
-            vec![Arc::new(ChannelPartition {
-                schema: schema.clone(),
-                rx: Mutex::new(Some(rx)),
-            })],
-            None,
-            Vec::new(),
-            false,
-            None,
-        )?);
+    let input: Arc<dyn datafusion::physical_plan::ExecutionPlan> = Arc::new(
+        StreamingTableExec::try_new(schema.clone(), inputs, None, Vec::new(), false, None)?,
+    );
     let plan = sorted_plan(&def, input)?;
     let written = progress.clone();
     let result = write_plan(&tables, &def, plan, ctx, &move |n| {
@@ -356,26 +363,37 @@ fn read_all(
     options: &ImportOptions,
     rejects: &Arc<Rejects>,
     progress: &Arc<ImportProgress>,
-    tx: &Sender,
+    txs: &[Sender],
+    spread: bool,
 ) -> Result<()> {
     let result = (|| -> Result<()> {
         for (path, format) in files {
             match format {
-                Format::Parquet => read_parquet(def, path, progress, tx)?,
-                _ => read_delimited(def, path, *format, options, rejects, progress, tx)?,
+                Format::Parquet => {
+                    let txs = if spread { txs } else { &txs[..1] };
+                    read_parquet(def, path, progress, txs)?
+                }
+                _ => read_delimited(def, path, *format, options, rejects, progress, txs)?,
             }
         }
         Ok(())
     })();
     if let Err(e) = &result {
-        let _ = tx.blocking_send(Err(DataFusionError::External(Box::new(
-            TableError::Import(e.to_string()),
-        ))));
+        for tx in txs {
+            let _ = tx.blocking_send(Err(DataFusionError::External(Box::new(
+                TableError::Import(e.to_string()),
+            ))));
+        }
     }
     result
 }
 
-fn read_parquet(def: &TableDef, path: &Path, progress: &ImportProgress, tx: &Sender) -> Result<()> {
+fn read_parquet(
+    def: &TableDef,
+    path: &Path,
+    progress: &ImportProgress,
+    txs: &[Sender],
+) -> Result<()> {
     let bad = |e: &dyn std::fmt::Display| {
         TableError::Import(format!(
             "{}: not a readable Parquet file: {e}",
@@ -408,7 +426,8 @@ fn read_parquet(def: &TableDef, path: &Path, progress: &ImportProgress, tx: &Sen
     }
     let schema = def.schema();
     let reader = builder.with_batch_size(8192).build().map_err(|e| bad(&e))?;
-    for batch in reader {
+    for (k, batch) in reader.enumerate() {
+        let tx = &txs[k % txs.len()];
         let batch = batch.map_err(|e| bad(&e))?;
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(indices.len());
         for (c, &i) in def.columns.iter().zip(&indices) {
@@ -455,7 +474,7 @@ fn read_delimited(
     options: &ImportOptions,
     rejects: &Arc<Rejects>,
     progress: &Arc<ImportProgress>,
-    tx: &Sender,
+    txs: &[Sender],
 ) -> Result<()> {
     let delimiter = options.delimiter.unwrap_or(match format {
         Format::Tsv => b'\t',
@@ -482,11 +501,12 @@ fn read_delimited(
     let stop = Arc::new(AtomicBool::new(false));
     let trailing = format == Format::Tbl;
     std::thread::scope(|scope| {
-        for _ in 0..threads {
+        for i in 0..threads {
             let chunk_rx = chunk_rx.clone();
             let failed = failed.clone();
             let stop = stop.clone();
-            let tx = tx.clone();
+            // Each parser feeds its own partition.
+            let tx = txs[i % txs.len()].clone();
             scope.spawn(move || {
                 loop {
                     let chunk = { chunk_rx.lock().recv() };

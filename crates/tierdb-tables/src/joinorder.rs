@@ -11,11 +11,20 @@
 //! Selectivity is estimated per conjunct: `col = literal` 0.1, `IN (n values)` 0.1·n,
 //! `LIKE` 0.25, a range or BETWEEN 0.5, an OR the sum of its sides, anything else 0.5.
 //! DataFusion's physical JoinSelection still picks each join's build side from statistics.
+//!
+//! Those guesses tie often (every `=` is 0.1: SSB's Q2.x joined supplier, 1 in 5 rows,
+//! before part, 1 in 25). Dimension tables are small, so before a query with a join of
+//! three or more inputs runs, [`unmeasured`] names the filtered inputs over tables of at
+//! most [`MEASURED_ROWS`] rows whose count is not known yet; the session counts their rows
+//! (running the filtered scan) and keeps the counts in [`Cardinalities`], keyed by the
+//! table's snapshot and the filters, so the rule orders by measured selectivity, and a
+//! repeated query measures nothing.
 
 use std::any::Any;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-use datafusion::common::tree_node::Transformed;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, NullEquality, Result};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::utils::split_conjunction;
@@ -26,8 +35,45 @@ use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 
 use crate::provider::TierTable;
 
+/// Inputs over tables of at most this many rows are measured (dimensions; never the fact
+/// table, which is the largest input and joined first anyway).
+pub const MEASURED_ROWS: u64 = 8 << 20;
+
+/// Measured row counts of filtered table scans, by [`leaf_key`]: the table, its snapshot
+/// (committed segments) and the filters. A changed table has a new snapshot, so a count is
+/// never used for other rows than those it counted.
 #[derive(Debug, Default)]
-pub struct JoinReorder;
+pub struct Cardinalities {
+    counts: parking_lot::Mutex<HashMap<String, u64>>,
+}
+
+impl Cardinalities {
+    /// Entries kept before the map is emptied (each is a few hundred bytes).
+    const CAP: usize = 4096;
+
+    pub fn get(&self, key: &str) -> Option<u64> {
+        self.counts.lock().get(key).copied()
+    }
+
+    pub fn insert(&self, key: String, rows: u64) {
+        let mut counts = self.counts.lock();
+        if counts.len() >= Self::CAP {
+            counts.clear();
+        }
+        counts.insert(key, rows);
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct JoinReorder {
+    cards: Arc<Cardinalities>,
+}
+
+impl JoinReorder {
+    pub fn new(cards: Arc<Cardinalities>) -> Self {
+        JoinReorder { cards }
+    }
+}
 
 impl OptimizerRule for JoinReorder {
     fn name(&self) -> &str {
@@ -60,7 +106,7 @@ impl OptimizerRule for JoinReorder {
                 _ => return Ok(Transformed::no(plan)),
             }
         }
-        let info: Vec<(f64, f64)> = leaves.iter().map(estimate).collect();
+        let info: Vec<(f64, f64)> = leaves.iter().map(|l| estimate(l, &self.cards)).collect();
         let Some(order) = choose_order(&info, &pairs) else {
             return Ok(Transformed::no(plan));
         };
@@ -186,13 +232,18 @@ fn choose_order(info: &[(f64, f64)], pairs: &[(usize, usize, Expr, Expr)]) -> Op
     Some(order)
 }
 
-/// (rows of the underlying table, estimated selectivity of the filters above it).
-fn estimate(plan: &LogicalPlan) -> (f64, f64) {
-    let mut rows = None;
+/// (rows of the underlying table, selectivity of the filters above it: measured if
+/// [`Cardinalities`] has the count, otherwise estimated).
+fn estimate(plan: &LogicalPlan, cards: &Cardinalities) -> (f64, f64) {
+    let leaf = Leaf::of(plan);
+    let rows = leaf.table.as_ref().map(|t| t.rows() as f64);
+    if let (Some(key), Some(total)) = (leaf.key(), rows)
+        && let Some(n) = cards.get(&key)
+    {
+        return (total, n as f64 / total.max(1.0));
+    }
     let mut selectivity = 1.0;
-    let mut seen = Vec::new();
-    collect(plan, &mut rows, &mut seen);
-    for e in &seen {
+    for e in &leaf.filters {
         for c in split_conjunction(e) {
             selectivity *= conjunct_selectivity(c);
         }
@@ -200,13 +251,108 @@ fn estimate(plan: &LogicalPlan) -> (f64, f64) {
     (rows.unwrap_or(1e6), selectivity)
 }
 
-fn collect<'a>(plan: &'a LogicalPlan, rows: &mut Option<f64>, filters: &mut Vec<&'a Expr>) {
+/// What a join input scans: a tierdb table's name, snapshot and rows.
+struct Scanned {
+    name: String,
+    snapshot: u64,
+    rows: u64,
+}
+
+impl Scanned {
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+}
+
+/// A join input: the tierdb table it scans (if it is a scan) and the filters on it.
+struct Leaf<'a> {
+    table: Option<Scanned>,
+    filters: Vec<&'a Expr>,
+}
+
+impl<'a> Leaf<'a> {
+    fn of(plan: &'a LogicalPlan) -> Self {
+        let mut leaf = Leaf {
+            table: None,
+            filters: Vec::new(),
+        };
+        collect(plan, &mut leaf.table, &mut leaf.filters);
+        leaf
+    }
+
+    /// The key of its count in [`Cardinalities`]: `None` unless it is a filtered scan.
+    fn key(&self) -> Option<String> {
+        let table = self.table.as_ref()?;
+        if self.filters.is_empty() {
+            return None;
+        }
+        let mut conjuncts: Vec<String> = self
+            .filters
+            .iter()
+            .flat_map(|e| split_conjunction(e))
+            .map(|c| c.to_string())
+            .collect();
+        conjuncts.sort();
+        conjuncts.dedup();
+        Some(format!(
+            "{}@{:016x}: {}",
+            table.name, table.snapshot,
+            conjuncts.join(" AND ")
+        ))
+    }
+}
+
+/// The inputs of the inner-join trees of `plan` (three inputs or more) worth measuring:
+/// filtered scans of tables of at most [`MEASURED_ROWS`] rows, not the largest input, whose
+/// count `cards` does not hold. Each with its key and the input's plan (to count its rows).
+pub fn unmeasured(plan: &LogicalPlan, cards: &Cardinalities) -> Vec<(String, LogicalPlan)> {
+    let mut found: Vec<(String, LogicalPlan)> = Vec::new();
+    let _ = plan.apply(|node| {
+        if !is_reorderable(node) {
+            return Ok(TreeNodeRecursion::Continue);
+        }
+        let mut leaves = Vec::new();
+        let mut edges = Vec::new();
+        flatten(node, &mut leaves, &mut edges);
+        if leaves.len() >= 3 {
+            let largest = leaves
+                .iter()
+                .map(|l| Leaf::of(l).table.map_or(0, |t| t.rows))
+                .max()
+                .unwrap_or(0);
+            for l in &leaves {
+                let leaf = Leaf::of(l);
+                let Some(rows) = leaf.table.as_ref().map(|t| t.rows) else {
+                    continue;
+                };
+                if rows > MEASURED_ROWS || rows >= largest {
+                    continue;
+                }
+                if let Some(key) = leaf.key()
+                    && cards.get(&key).is_none()
+                    && !found.iter().any(|(k, _)| *k == key)
+                {
+                    found.push((key, l.clone()));
+                }
+            }
+        }
+        // The leaves were visited; joins nested inside them (subqueries) are not measured.
+        Ok(TreeNodeRecursion::Jump)
+    });
+    found
+}
+
+fn collect<'a>(plan: &'a LogicalPlan, table: &mut Option<Scanned>, filters: &mut Vec<&'a Expr>) {
     match plan {
         LogicalPlan::TableScan(scan) => {
             if let Ok(provider) = source_as_provider(&scan.source)
                 && let Some(t) = (provider.as_ref() as &dyn Any).downcast_ref::<TierTable>()
             {
-                *rows = Some(t.rows() as f64);
+                *table = Some(Scanned {
+                    name: t.def().name.clone(),
+                    snapshot: t.snapshot_id(),
+                    rows: t.rows(),
+                });
             }
             // Inexact pushed filters also stay in a Filter above: count them once.
             if filters.is_empty() {
@@ -215,10 +361,10 @@ fn collect<'a>(plan: &'a LogicalPlan, rows: &mut Option<f64>, filters: &mut Vec<
         }
         LogicalPlan::Filter(f) => {
             filters.push(&f.predicate);
-            collect(&f.input, rows, &mut Vec::new());
+            collect(&f.input, table, &mut Vec::new());
         }
-        LogicalPlan::Projection(p) => collect(&p.input, rows, filters),
-        LogicalPlan::SubqueryAlias(s) => collect(&s.input, rows, filters),
+        LogicalPlan::Projection(p) => collect(&p.input, table, filters),
+        LogicalPlan::SubqueryAlias(s) => collect(&s.input, table, filters),
         _ => {}
     }
 }

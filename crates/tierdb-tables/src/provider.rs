@@ -112,6 +112,19 @@ impl TierTable {
         self.segments.iter().map(|s| s.rows).sum()
     }
 
+    /// Names the committed rows this table holds: its segments' ids, hashed (FNV-1a). Any
+    /// commit that changes the table changes its segment set, so a value derived from the
+    /// rows (a measured count) stays valid while this does.
+    pub fn snapshot_id(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for s in &self.segments {
+            for b in s.id.to_le_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        h
+    }
+
     pub fn def(&self) -> &TableDef {
         &self.def
     }
@@ -189,11 +202,16 @@ impl TierTable {
             runtime.object_store(store_url())?,
             runtime.cache_manager.get_file_metadata_cache(),
         );
+        // The session's Parquet options as they are (DataFusion's defaults unless a `SET`
+        // changed them): no row-level filter pushdown. Pushed down, every hash join's
+        // dynamic filter is evaluated a second time inside the decoder, predicate by
+        // predicate, each with its own decode pass: measured slower on the star joins
+        // (docs/benchmarks.md, "Analytic speed"). Predicates and dynamic filters still prune
+        // segments (extent map), row groups (statistics) and pages (page index).
         let mut source = ParquetSource::new(self.schema.clone())
+            .with_table_parquet_options(state.table_options().parquet.clone())
             .with_parquet_file_reader_factory(Arc::new(reader_factory))
             .with_enable_page_index(true)
-            .with_pushdown_filters(true)
-            .with_reorder_filters(true)
             .with_metadata_size_hint(64 * 1024);
         if let Some(p) = predicate {
             source = source.with_predicate(p);

@@ -18,15 +18,73 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use crate::catalog::{ColumnStats, SegmentMeta, StatValue, TableDef};
 use crate::error::{Result, TableError};
 
-/// How segments are cut and encoded.
+/// The compression of a segment's column chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentCodec {
+    /// No compression.
+    None,
+    Snappy,
+    /// LZ4 (Parquet's `LZ4_RAW`).
+    Lz4,
+    /// Zstandard at the given level (1-22).
+    Zstd(i32),
+}
+
+impl SegmentCodec {
+    fn parquet(self) -> Result<Compression> {
+        Ok(match self {
+            SegmentCodec::None => Compression::UNCOMPRESSED,
+            SegmentCodec::Snappy => Compression::SNAPPY,
+            SegmentCodec::Lz4 => Compression::LZ4_RAW,
+            SegmentCodec::Zstd(level) => Compression::ZSTD(ZstdLevel::try_new(level)?),
+        })
+    }
+}
+
+impl std::str::FromStr for SegmentCodec {
+    type Err = String;
+
+    /// `none`, `snappy`, `lz4`, `zstd` (level 1) or `zstd:LEVEL`.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let lower = s.to_ascii_lowercase();
+        match lower.as_str() {
+            "none" | "uncompressed" => Ok(SegmentCodec::None),
+            "snappy" => Ok(SegmentCodec::Snappy),
+            "lz4" => Ok(SegmentCodec::Lz4),
+            "zstd" => Ok(SegmentCodec::Zstd(1)),
+            _ => match lower.strip_prefix("zstd:").map(str::parse::<i32>) {
+                Some(Ok(level)) if (1..=22).contains(&level) => Ok(SegmentCodec::Zstd(level)),
+                _ => Err(format!(
+                    "{s:?} is not a segment codec: use none, snappy, lz4, zstd or zstd:LEVEL \
+                     (1-22)"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for SegmentCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SegmentCodec::None => f.write_str("none"),
+            SegmentCodec::Snappy => f.write_str("snappy"),
+            SegmentCodec::Lz4 => f.write_str("lz4"),
+            SegmentCodec::Zstd(level) => write!(f, "zstd:{level}"),
+        }
+    }
+}
+
+/// How segments are cut and encoded. The defaults were picked by measurement (SSB, see
+/// docs/benchmarks.md, "Segment encoding").
 #[derive(Debug, Clone)]
 pub struct SegmentOptions {
     /// A segment is closed at this many rows (ColumnStore's extents hold 8M rows of one
     /// column; a segment holds every column of its rows).
     pub segment_rows: usize,
-    /// Rows per Parquet row group (the unit of row-group pruning inside a segment).
+    /// Rows per Parquet row group (the unit of row-group pruning inside a segment; pages
+    /// inside it are pruned by the page index).
     pub row_group_rows: usize,
-    pub zstd_level: i32,
+    pub codec: SegmentCodec,
 }
 
 impl Default for SegmentOptions {
@@ -34,7 +92,7 @@ impl Default for SegmentOptions {
         SegmentOptions {
             segment_rows: 1 << 21,
             row_group_rows: 1 << 17,
-            zstd_level: 1,
+            codec: SegmentCodec::Zstd(1),
         }
     }
 }
@@ -69,7 +127,7 @@ impl SegmentBuilder {
             })
             .collect();
         let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(options.zstd_level)?))
+            .set_compression(options.codec.parquet()?)
             .set_max_row_group_row_count(Some(options.row_group_rows))
             .set_statistics_enabled(EnabledStatistics::Page)
             .set_sorting_columns((!sorting.is_empty()).then_some(sorting))

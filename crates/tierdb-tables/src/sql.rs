@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::provider_as_source;
@@ -25,6 +26,7 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 
 use crate::catalog::{ColumnDef, ColumnType};
 use crate::error::{Result, TableError};
+use crate::joinorder::{Cardinalities, JoinReorder};
 use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema, TierTable};
 use crate::tables::{NewTable, Tables};
 use crate::txn::{Transaction, TxSlot};
@@ -125,7 +127,10 @@ impl SqlEngine {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features();
-        if options.join_reorder {
+        let cards = options
+            .join_reorder
+            .then(|| Arc::new(Cardinalities::default()));
+        if let Some(cards) = &cards {
             // Right after filters are pushed down (the estimates read them), before
             // projections are pruned.
             let mut rules = datafusion::optimizer::Optimizer::new().rules;
@@ -133,7 +138,7 @@ impl SqlEngine {
                 .iter()
                 .position(|r| r.name() == "push_down_filter")
                 .map_or(rules.len(), |i| i + 1);
-            rules.insert(at, Arc::new(crate::joinorder::JoinReorder));
+            rules.insert(at, Arc::new(JoinReorder::new(cards.clone())));
             state = state.with_optimizer_rules(rules);
         }
         let ctx = SessionContext::new_with_state(state.build());
@@ -153,6 +158,7 @@ impl SqlEngine {
                 counters,
                 slot,
                 aborted: Default::default(),
+                cards,
             },
         })
     }
@@ -187,6 +193,7 @@ impl SqlEngine {
             counters: self.session.counters.clone(),
             slot,
             aborted: Default::default(),
+            cards: self.session.cards.clone(),
         }
     }
 
@@ -330,6 +337,8 @@ pub struct SqlSession {
     counters: Arc<ScanCounters>,
     slot: Arc<TxSlot>,
     aborted: std::sync::atomic::AtomicBool,
+    /// Measured join-input counts for the join order (`None`: join reordering is off).
+    cards: Option<Arc<Cardinalities>>,
 }
 
 impl std::fmt::Debug for SqlSession {
@@ -646,8 +655,63 @@ impl SqlSession {
                 let n = inserted(&df.collect().await?);
                 Ok(Outcome::Command(format!("{op} {n}")))
             }
-            plan => Ok(Outcome::Rows(self.ctx.execute_logical_plan(plan).await?)),
+            plan => {
+                self.measure_join_inputs(&plan).await;
+                Ok(Outcome::Rows(self.ctx.execute_logical_plan(plan).await?))
+            }
         }
+    }
+
+    /// Counts the rows of the filtered dimension scans of `plan`'s joins that the join
+    /// order has no measurement for yet (see `joinorder.rs`). Best effort: a count that
+    /// fails leaves that input to the estimate.
+    async fn measure_join_inputs(&self, plan: &LogicalPlan) {
+        let Some(cards) = &self.cards else {
+            return;
+        };
+        let mut scans = 0;
+        let _ = plan.apply(|n| {
+            if matches!(n, LogicalPlan::TableScan(_)) {
+                scans += 1;
+            }
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        });
+        if scans < 3 {
+            return;
+        }
+        let optimized = match self.ctx.state().optimize(plan) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!("join inputs not measured: {e}");
+                return;
+            }
+        };
+        for (key, input) in crate::joinorder::unmeasured(&optimized, cards) {
+            match self.count_rows(input).await {
+                Ok(n) => cards.insert(key, n),
+                Err(e) => tracing::debug!("join input {key} not measured: {e}"),
+            }
+        }
+    }
+
+    async fn count_rows(&self, input: LogicalPlan) -> Result<u64> {
+        let counted = LogicalPlanBuilder::from(input)
+            .aggregate(
+                Vec::<datafusion::logical_expr::Expr>::new(),
+                vec![datafusion::functions_aggregate::count::count_all()],
+            )?
+            .build()?;
+        let batches = self.ctx.execute_logical_plan(counted).await?.collect().await?;
+        batches
+            .first()
+            .filter(|b| b.num_rows() == 1)
+            .and_then(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                    .map(|a| a.value(0).max(0) as u64)
+            })
+            .ok_or_else(|| TableError::Schema("count(*) returned no row".into()))
     }
 
     /// Fails with [`TableError::NoTable`] (kind NotFound, SQLSTATE 42P01) when a statement

@@ -83,7 +83,8 @@ pub async fn write_stream(
         tables,
         def,
         schema: def.schema(),
-        builder: None,
+        pending: Vec::new(),
+        pending_rows: 0,
         uploads: JoinSet::new(),
         done: Vec::new(),
     };
@@ -102,13 +103,26 @@ pub async fn write_stream(
     }
 }
 
+/// Cuts the sorted stream into segments; each full segment is encoded (Parquet, on a
+/// blocking thread) and uploaded while the next one fills, several at once: encoding is
+/// most of a write's CPU, and one thread encoding behind the sort was the bottleneck.
 struct SegmentWriter<'a> {
     tables: &'a Tables,
     def: &'a TableDef,
     schema: SchemaRef,
-    builder: Option<SegmentBuilder>,
+    /// The rows of the segment being filled (batches as they came, not copied).
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
     uploads: JoinSet<Result<SegmentMeta>>,
     done: Vec<SegmentMeta>,
+}
+
+/// Segments being encoded or uploaded at once: every core encodes, and uploads of
+/// finished segments overlap (each in flight holds its rows in memory).
+fn segments_in_flight() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(UPLOADS_IN_FLIGHT)
 }
 
 impl SegmentWriter<'_> {
@@ -153,20 +167,11 @@ impl SegmentWriter<'_> {
     async fn append(&mut self, mut piece: RecordBatch) -> Result<()> {
         let limit = self.tables.segment_options.segment_rows.max(1);
         while piece.num_rows() > 0 {
-            if self.builder.is_none() {
-                self.builder = Some(SegmentBuilder::new(
-                    self.def,
-                    self.schema.clone(),
-                    &self.tables.segment_options,
-                )?);
-            }
-            let Some(b) = self.builder.as_mut() else {
-                break;
-            };
-            let take = (limit - b.rows()).min(piece.num_rows());
-            b.write(&piece.slice(0, take))?;
+            let take = (limit - self.pending_rows).min(piece.num_rows());
+            self.pending.push(piece.slice(0, take));
+            self.pending_rows += take;
             piece = piece.slice(take, piece.num_rows() - take);
-            if b.rows() >= limit {
+            if self.pending_rows >= limit {
                 self.close_segment().await?;
             }
         }
@@ -174,26 +179,37 @@ impl SegmentWriter<'_> {
     }
 
     async fn close_segment(&mut self) -> Result<()> {
-        let Some(b) = self.builder.take() else {
-            return Ok(());
-        };
-        if b.rows() == 0 {
+        let batches = std::mem::take(&mut self.pending);
+        let rows = std::mem::replace(&mut self.pending_rows, 0);
+        if rows == 0 {
             return Ok(());
         }
-        while self.uploads.len() >= UPLOADS_IN_FLIGHT {
+        while self.uploads.len() >= segments_in_flight() {
             if let Some(r) = self.uploads.join_next().await {
                 self.done.push(joined(r)?);
             }
         }
-        let rows = b.rows();
-        let (bytes, stats) = b.finish()?;
         let store = self.tables.store().clone();
         let path = segment_path(self.tables.root(), self.def.id);
+        let def = self.def.clone();
+        let schema = self.schema.clone();
+        let options = self.tables.segment_options.clone();
         // Not yet in the catalog: VACUUM must leave it alone until it is committed or
         // discarded.
         self.tables.note_writing(path.as_ref());
-        self.uploads
-            .spawn(async move { upload(&store, path, bytes, rows, stats).await });
+        self.uploads.spawn(async move {
+            let encoded = tokio::task::spawn_blocking(move || {
+                let mut b = SegmentBuilder::new(&def, schema, &options)?;
+                for batch in &batches {
+                    b.write(batch)?;
+                }
+                b.finish()
+            })
+            .await
+            .map_err(|e| TableError::Import(format!("segment encoding task failed: {e}")))?;
+            let (bytes, stats) = encoded?;
+            upload(&store, path, bytes, rows, stats).await
+        });
         Ok(())
     }
 }
