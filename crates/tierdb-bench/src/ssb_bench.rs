@@ -40,6 +40,9 @@ pub struct SsbBenchConfig {
     pub extent_elimination: bool,
     /// Only these queries (names like `Q1.1`); all 13 when empty.
     pub queries: Vec<String>,
+    /// `SET` statements run before the queries (DataFusion settings, e.g.
+    /// `datafusion.execution.parquet.pushdown_filters=true`), in both engines.
+    pub settings: Vec<String>,
 }
 
 /// One query's figures.
@@ -169,6 +172,11 @@ async fn run_plain(config: &SsbBenchConfig, selected: &[(&str, &str)]) -> Result
     let closed = db.close().await;
     let ctx = made?;
     closed.map_err(engine_error)?;
+    for set in &config.settings {
+        ctx.sql(&set_statement(set))
+            .await
+            .map_err(|e| BenchError::input(format!("--set {set}: {e}")))?;
+    }
     let mut report = SsbReport::default();
     for (name, sql) in selected {
         let runs = if config.once { 1 } else { config.runs.max(1) };
@@ -202,7 +210,8 @@ async fn plain_context(
     use datafusion::datasource::listing::{
         ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
     };
-    let df = |e: datafusion::error::DataFusionError| BenchError::from(format!("plain DataFusion: {e}"));
+    let df =
+        |e: datafusion::error::DataFusionError| BenchError::from(format!("plain DataFusion: {e}"));
     let ctx = datafusion::prelude::SessionContext::new_with_config(
         datafusion::prelude::SessionConfig::new().with_target_partitions(threads.max(1)),
     );
@@ -274,6 +283,14 @@ async fn plain_query(
     })
 }
 
+/// `KEY=VALUE` as a `SET` statement.
+fn set_statement(setting: &str) -> String {
+    match setting.split_once('=') {
+        Some((k, v)) => format!("SET {} = {}", k.trim(), v.trim()),
+        None => format!("SET {setting}"),
+    }
+}
+
 fn engine_error(e: tierdb_engine::Error) -> BenchError {
     BenchError {
         kind: e.kind(),
@@ -302,6 +319,19 @@ async fn open(config: &SsbBenchConfig, scan: ScanOptions) -> Result<(SqlEngine, 
         }
         Ok(engine)
     });
+    let made = match made {
+        Ok(engine) => {
+            let mut applied = Ok(());
+            for set in &config.settings {
+                if let Err(e) = engine.sql(&set_statement(set)).await {
+                    applied = Err(e);
+                    break;
+                }
+            }
+            applied.map(|()| engine)
+        }
+        Err(e) => Err(e),
+    };
     match made {
         Ok(engine) => Ok((engine, db)),
         Err(e) => {

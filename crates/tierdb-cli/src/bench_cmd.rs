@@ -23,7 +23,7 @@ pub enum BenchCommand {
     Oltp(BenchOltpArgs),
     /// The 13 Star Schema Benchmark queries, warm (best of --runs) or --cold: per-query
     /// time, bytes read, bytes from object storage and segments skipped.
-    Ssb(BenchSsbArgs),
+    Ssb(Box<BenchSsbArgs>),
     /// The capacity store's own speed for large parallel ranged GETs of a database's
     /// objects, with no tiers: the physical limit for cold reads.
     Throughput(BenchThroughputArgs),
@@ -144,7 +144,7 @@ pub async fn run_bench(cmd: BenchCommand) -> CliResult {
             print!("{}", cache_bench::render(&report));
             Ok(())
         }
-        BenchCommand::Ssb(a) => run_bench_ssb(a).await,
+        BenchCommand::Ssb(a) => run_bench_ssb(*a).await,
         BenchCommand::Throughput(a) => run_bench_throughput(a).await,
         BenchCommand::Oltp(a) => {
             use tierdb_bench::oltp_bench::{self, OltpConfig, Variant};
@@ -227,6 +227,10 @@ pub struct BenchSsbArgs {
     /// Only these queries (e.g. Q1.1,Q2.1).
     #[arg(long, value_delimiter = ',')]
     pub queries: Vec<String>,
+    /// A DataFusion setting for the run, KEY=VALUE (repeatable), e.g.
+    /// `--set datafusion.execution.parquet.pushdown_filters=true`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub settings: Vec<String>,
     /// Write each query's answer as CSV here (for comparing with another engine).
     #[arg(long)]
     pub answers: Option<PathBuf>,
@@ -252,6 +256,7 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
         plain_datafusion: args.plain_datafusion,
         extent_elimination: !args.no_extent_elimination,
         queries: args.queries.clone(),
+        settings: args.settings.clone(),
     };
     let report = ssb_bench::run(&config).await?;
     print!("{}", ssb_bench::render(&report));

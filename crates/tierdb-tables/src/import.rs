@@ -186,7 +186,11 @@ pub async fn import(
         let progress = progress.clone();
         std::thread::Builder::new()
             .name("tierdb-import".into())
-            .spawn(move || read_all(&def, &plans, &options, &rejects, &progress, &senders, spread))
+            .spawn(move || {
+                read_all(
+                    &def, &plans, &options, &rejects, &progress, &senders, spread,
+                )
+            })
             .map_err(TableError::Io)?
     };
     let input: Arc<dyn datafusion::physical_plan::ExecutionPlan> = Arc::new(
@@ -460,10 +464,12 @@ fn read_parquet(
     Ok(())
 }
 
-/// A chunk of raw records and the line each starts on.
+/// A chunk of raw records and the line each starts on: `records[..used]` (the records
+/// beyond are spare buffers to read into).
 struct Chunk {
     lines: Vec<u64>,
     records: Vec<csv::ByteRecord>,
+    used: usize,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -496,6 +502,9 @@ fn read_delimited(
         .from_reader(counted);
     let threads = options.threads.max(1);
     let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<Chunk>(threads * 2);
+    // Parsed chunks come back empty of meaning but with their records' buffers, so the
+    // reader reads into them instead of allocating a record per line.
+    let (spare_tx, spare_rx) = std::sync::mpsc::sync_channel::<Chunk>(threads * 3 + 2);
     let chunk_rx = Arc::new(Mutex::new(chunk_rx));
     let failed: Arc<Mutex<Option<TableError>>> = Arc::new(Mutex::new(None));
     let stop = Arc::new(AtomicBool::new(false));
@@ -507,11 +516,15 @@ fn read_delimited(
             let stop = stop.clone();
             // Each parser feeds its own partition.
             let tx = txs[i % txs.len()].clone();
+            let spare_tx = spare_tx.clone();
             scope.spawn(move || {
                 loop {
                     let chunk = { chunk_rx.lock().recv() };
                     let Ok(chunk) = chunk else { break };
-                    match parse_chunk(def, path, trailing, &chunk, rejects) {
+                    let parsed = parse_chunk(def, path, trailing, &chunk, rejects);
+                    // The chunk's records go back to the reader, to be read into again.
+                    let _ = spare_tx.try_send(chunk);
+                    match parsed {
                         Ok(batch) => {
                             progress
                                 .rows_parsed
@@ -530,28 +543,29 @@ fn read_delimited(
                 }
             });
         }
-        let mut chunk = Chunk {
+        let fresh = || Chunk {
             lines: Vec::with_capacity(CHUNK_RECORDS),
             records: Vec::with_capacity(CHUNK_RECORDS),
+            used: 0,
         };
-        let mut record = csv::ByteRecord::new();
+        let mut chunk = fresh();
         loop {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            match reader.read_byte_record(&mut record) {
+            if chunk.used == chunk.records.len() {
+                chunk.records.push(csv::ByteRecord::new());
+            }
+            match reader.read_byte_record(&mut chunk.records[chunk.used]) {
                 Ok(true) => {
-                    let line = record.position().map_or(0, |p| p.line());
+                    let line = chunk.records[chunk.used].position().map_or(0, |p| p.line());
                     chunk.lines.push(line);
-                    chunk.records.push(record.clone());
-                    if chunk.records.len() == CHUNK_RECORDS {
-                        let full = std::mem::replace(
-                            &mut chunk,
-                            Chunk {
-                                lines: Vec::with_capacity(CHUNK_RECORDS),
-                                records: Vec::with_capacity(CHUNK_RECORDS),
-                            },
-                        );
+                    chunk.used += 1;
+                    if chunk.used == CHUNK_RECORDS {
+                        let mut next = spare_rx.try_recv().unwrap_or_else(|_| fresh());
+                        next.lines.clear();
+                        next.used = 0;
+                        let full = std::mem::replace(&mut chunk, next);
                         if chunk_tx.send(full).is_err() {
                             break;
                         }
@@ -568,7 +582,7 @@ fn read_delimited(
                 }
             }
         }
-        if !chunk.records.is_empty() {
+        if chunk.used > 0 {
             let _ = chunk_tx.send(chunk);
         }
         drop(chunk_tx);
@@ -703,7 +717,7 @@ fn parse_chunk(
     chunk: &Chunk,
     rejects: &Rejects,
 ) -> Result<RecordBatch> {
-    let n = chunk.records.len();
+    let n = chunk.used;
     let mut cols = def
         .columns
         .iter()
@@ -711,7 +725,7 @@ fn parse_chunk(
         .collect::<Result<Vec<_>>>()?;
     let want = def.columns.len();
     let mut row: Vec<Value<'_>> = Vec::with_capacity(want);
-    for (record, &line) in chunk.records.iter().zip(&chunk.lines) {
+    for (record, &line) in chunk.records[..chunk.used].iter().zip(&chunk.lines) {
         let mut fields = record.len();
         // dbgen ends every line with the delimiter: an empty last field is that terminator.
         if trailing_delimiter && fields > 0 && record.get(fields - 1).is_some_and(|f| f.is_empty())

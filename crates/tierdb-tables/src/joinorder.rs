@@ -296,7 +296,8 @@ impl<'a> Leaf<'a> {
         conjuncts.dedup();
         Some(format!(
             "{}@{:016x}: {}",
-            table.name, table.snapshot,
+            table.name,
+            table.snapshot,
             conjuncts.join(" AND ")
         ))
     }

@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
 use datafusion::logical_expr::Accumulator;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::metadata::SortingColumn;
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use datafusion::parquet::schema::types::ColumnPath;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 
@@ -91,97 +92,80 @@ impl Default for SegmentOptions {
     fn default() -> Self {
         SegmentOptions {
             segment_rows: 1 << 21,
-            row_group_rows: 1 << 17,
-            codec: SegmentCodec::Zstd(1),
+            row_group_rows: 1 << 20,
+            codec: SegmentCodec::Lz4,
         }
     }
 }
 
-/// One segment being written.
-pub struct SegmentBuilder {
-    writer: ArrowWriter<Vec<u8>>,
-    mins: Vec<MinAccumulator>,
-    maxs: Vec<MaxAccumulator>,
-    nulls: Vec<u64>,
-    rows: usize,
-}
+/// Integer columns whose values span at most this range are dictionary encoded (a few bits
+/// per value, runs where sorted); wider ones are written plain: a dictionary of many
+/// distinct values costs the writer a hash lookup per value and the reader a gather per
+/// value for no space saved (measured, docs/benchmarks.md "Segment encoding").
+pub const DICTIONARY_INT_RANGE: i64 = 1 << 16;
 
-impl std::fmt::Debug for SegmentBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SegmentBuilder")
-            .field("rows", &self.rows)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SegmentBuilder {
-    pub fn new(def: &TableDef, schema: SchemaRef, options: &SegmentOptions) -> Result<Self> {
-        let sorting: Vec<SortingColumn> = def
-            .ingest_order()
-            .iter()
-            .filter_map(|c| def.column_index(c))
-            .map(|i| SortingColumn {
-                column_idx: i as i32,
-                descending: false,
-                nulls_first: true,
-            })
-            .collect();
-        let props = WriterProperties::builder()
-            .set_compression(options.codec.parquet()?)
-            .set_max_row_group_row_count(Some(options.row_group_rows))
-            .set_statistics_enabled(EnabledStatistics::Page)
-            .set_sorting_columns((!sorting.is_empty()).then_some(sorting))
-            .set_created_by(format!("tierdb {}", env!("CARGO_PKG_VERSION")))
-            .build();
-        let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
-        let mut mins = Vec::new();
-        let mut maxs = Vec::new();
-        for f in schema.fields() {
-            mins.push(MinAccumulator::try_new(f.data_type())?);
-            maxs.push(MaxAccumulator::try_new(f.data_type())?);
+/// Encodes one segment's rows (in order) as a Parquet file; returns its bytes and the
+/// column statistics for the extent map (in schema order), computed from the rows.
+pub fn encode_segment(
+    def: &TableDef,
+    schema: SchemaRef,
+    options: &SegmentOptions,
+    batches: &[RecordBatch],
+) -> Result<(Vec<u8>, Vec<ColumnStats>)> {
+    let mut stats = Vec::with_capacity(schema.fields().len());
+    for (i, f) in schema.fields().iter().enumerate() {
+        let mut min = MinAccumulator::try_new(f.data_type())?;
+        let mut max = MaxAccumulator::try_new(f.data_type())?;
+        let mut nulls = 0u64;
+        for b in batches {
+            let col = b.column(i);
+            min.update_batch(std::slice::from_ref(col))?;
+            max.update_batch(std::slice::from_ref(col))?;
+            nulls += col.null_count() as u64;
         }
-        Ok(SegmentBuilder {
-            writer,
-            nulls: vec![0; mins.len()],
-            mins,
-            maxs,
-            rows: 0,
+        stats.push(ColumnStats {
+            min: StatValue::from_scalar(&min.evaluate()?),
+            max: StatValue::from_scalar(&max.evaluate()?),
+            nulls,
+        });
+    }
+    let sorting: Vec<SortingColumn> = def
+        .ingest_order()
+        .iter()
+        .filter_map(|c| def.column_index(c))
+        .map(|i| SortingColumn {
+            column_idx: i as i32,
+            descending: false,
+            nulls_first: true,
         })
-    }
-
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        if batch.num_rows() == 0 {
-            return Ok(());
+        .collect();
+    let mut props = WriterProperties::builder()
+        .set_compression(options.codec.parquet()?)
+        .set_max_row_group_row_count(Some(options.row_group_rows))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_sorting_columns((!sorting.is_empty()).then_some(sorting))
+        .set_created_by(format!("tierdb {}", env!("CARGO_PKG_VERSION")));
+    for (f, st) in schema.fields().iter().zip(&stats) {
+        if !f.data_type().is_integer() && !matches!(f.data_type(), DataType::Date32) {
+            continue;
         }
-        for (i, col) in batch.columns().iter().enumerate() {
-            self.mins[i].update_batch(std::slice::from_ref(col))?;
-            self.maxs[i].update_batch(std::slice::from_ref(col))?;
-            self.nulls[i] += col.null_count() as u64;
+        let narrow = match (&st.min, &st.max) {
+            (Some(StatValue::Int(lo)), Some(StatValue::Int(hi))) => {
+                hi.saturating_sub(*lo) < DICTIONARY_INT_RANGE
+            }
+            _ => true,
+        };
+        if !narrow {
+            props = props.set_column_dictionary_enabled(ColumnPath::from(f.name().as_str()), false);
         }
-        self.writer.write(batch)?;
-        self.rows += batch.num_rows();
-        Ok(())
     }
-
-    /// The Parquet bytes and the column statistics (in schema order).
-    pub fn finish(mut self) -> Result<(Vec<u8>, Vec<ColumnStats>)> {
-        let mut stats = Vec::with_capacity(self.mins.len());
-        for i in 0..self.mins.len() {
-            let min = self.mins[i].evaluate()?;
-            let max = self.maxs[i].evaluate()?;
-            stats.push(ColumnStats {
-                min: StatValue::from_scalar(&min),
-                max: StatValue::from_scalar(&max),
-                nulls: self.nulls[i],
-            });
+    let mut writer = ArrowWriter::try_new(Vec::new(), schema, Some(props.build()))?;
+    for b in batches {
+        if b.num_rows() > 0 {
+            writer.write(b)?;
         }
-        let bytes = self.writer.into_inner()?;
-        Ok((bytes, stats))
     }
+    Ok((writer.into_inner()?, stats))
 }
 
 /// The object path of a new segment of table `table_id` in the database at `root`. A random

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use datafusion::common::tree_node::TreeNode;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::cache::cache_manager::CacheManagerConfig;
@@ -701,7 +701,12 @@ impl SqlSession {
                 vec![datafusion::functions_aggregate::count::count_all()],
             )?
             .build()?;
-        let batches = self.ctx.execute_logical_plan(counted).await?.collect().await?;
+        let batches = self
+            .ctx
+            .execute_logical_plan(counted)
+            .await?
+            .collect()
+            .await?;
         batches
             .first()
             .filter(|b| b.num_rows() == 1)

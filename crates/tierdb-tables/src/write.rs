@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 
 use crate::catalog::{SegmentMeta, TableDef};
 use crate::error::{Result, TableError};
-use crate::segment::{SegmentBuilder, segment_path, upload};
+use crate::segment::{encode_segment, segment_path, upload};
 use crate::tables::Tables;
 
 /// Uploads in flight at once while writing.
@@ -199,11 +199,7 @@ impl SegmentWriter<'_> {
         self.tables.note_writing(path.as_ref());
         self.uploads.spawn(async move {
             let encoded = tokio::task::spawn_blocking(move || {
-                let mut b = SegmentBuilder::new(&def, schema, &options)?;
-                for batch in &batches {
-                    b.write(batch)?;
-                }
-                b.finish()
+                encode_segment(&def, schema, &options, &batches)
             })
             .await
             .map_err(|e| TableError::Import(format!("segment encoding task failed: {e}")))?;
