@@ -1,11 +1,12 @@
 //! Bulk import (what ColumnStore's cpimport is): CSV, TSV, pipe-delimited `.tbl` (SSB's
 //! generator output, one trailing `|` per line) and Parquet files into one table.
 //!
-//! One reader thread splits records (quotes and escapes handled by the `csv` crate) and
-//! hands chunks of raw records to parser threads, which build Arrow batches; rows that do
-//! not parse go to the reject file with their file, line and reason. The batches are sorted
-//! by the table's ingest order (DataFusion's sort, spilling to disk beyond the memory
-//! limit), cut into segments and uploaded; the segments are committed in one KV batch at
+//! One reader thread splits records (quotes and escapes handled by the `csv` crate) into
+//! reused record buffers and hands chunks of them to parser threads, which build Arrow
+//! batches, each parser feeding its own input partition; rows that do not parse go to the
+//! reject file with their file, line and reason. The partitions are sorted at once by the
+//! table's ingest order (DataFusion's sort, spilling to disk beyond the memory limit) and
+//! merged, cut into segments, encoded on every core and uploaded; the segments are committed in one KV batch at
 //! the end. More rejects than `max_rejects`, or any other error, aborts the import: the
 //! uploaded segments are deleted and nothing is committed.
 
