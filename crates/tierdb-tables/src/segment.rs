@@ -204,3 +204,87 @@ pub async fn upload(
         checksums,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use datafusion::arrow::array::Int32Array;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::parquet::basic::Encoding;
+    use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
+
+    #[test]
+    fn codecs_parse_and_print() {
+        for (text, codec) in [
+            ("none", SegmentCodec::None),
+            ("snappy", SegmentCodec::Snappy),
+            ("LZ4", SegmentCodec::Lz4),
+            ("zstd", SegmentCodec::Zstd(1)),
+            ("zstd:9", SegmentCodec::Zstd(9)),
+        ] {
+            assert_eq!(text.parse::<SegmentCodec>().unwrap(), codec);
+        }
+        assert_eq!(SegmentCodec::Zstd(3).to_string(), "zstd:3");
+        for bad in ["gzip", "zstd:0", "zstd:23", "zstd:x"] {
+            let e = bad.parse::<SegmentCodec>().unwrap_err();
+            assert!(e.contains("use none, snappy, lz4, zstd"), "{e}");
+        }
+    }
+
+    /// A narrow integer column gets a dictionary, a wide one is written plain; both read
+    /// back unchanged, and the statistics are the rows'.
+    #[test]
+    fn integer_columns_get_a_dictionary_only_over_a_narrow_range() {
+        let column = |name: &str| crate::catalog::ColumnDef {
+            name: name.into(),
+            ty: crate::catalog::ColumnType::Int32,
+            nullable: false,
+        };
+        let def = TableDef {
+            id: 1,
+            name: "t".into(),
+            columns: vec![column("narrow"), column("wide")],
+            sort_key: Vec::new(),
+            partition_key: None,
+            created_ms: 0,
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("narrow", DataType::Int32, false),
+            Field::new("wide", DataType::Int32, false),
+        ]));
+        let narrow: Vec<i32> = (0..100_000).map(|i| i % 12).collect();
+        let wide: Vec<i32> = (0..100_000).map(|i| i * 7919).collect();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int32Array::from(narrow)),
+                Arc::new(Int32Array::from(wide)),
+            ],
+        )
+        .unwrap();
+        let (bytes, stats) =
+            encode_segment(&def, schema, &SegmentOptions::default(), &[batch.clone()]).unwrap();
+        assert_eq!(stats[0].max, Some(StatValue::Int(11)));
+        assert_eq!(stats[1].max, Some(StatValue::Int(99_999 * 7919)));
+        let reader = SerializedFileReader::new(bytes::Bytes::from(bytes.clone())).unwrap();
+        let rg = reader.metadata().row_group(0);
+        let dict = |i: usize| {
+            rg.column(i)
+                .encodings()
+                .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY))
+        };
+        assert!(dict(0), "narrow column: {:?}", rg.column(0).encodings().collect::<Vec<_>>());
+        assert!(!dict(1), "wide column: {:?}", rg.column(1).encodings().collect::<Vec<_>>());
+        let back: Vec<RecordBatch> =
+            datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
+                bytes::Bytes::from(bytes),
+                1 << 20,
+            )
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        assert_eq!(back, vec![batch]);
+    }
+}
