@@ -275,8 +275,16 @@ mod tests {
                 .encodings()
                 .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY))
         };
-        assert!(dict(0), "narrow column: {:?}", rg.column(0).encodings().collect::<Vec<_>>());
-        assert!(!dict(1), "wide column: {:?}", rg.column(1).encodings().collect::<Vec<_>>());
+        assert!(
+            dict(0),
+            "narrow column: {:?}",
+            rg.column(0).encodings().collect::<Vec<_>>()
+        );
+        assert!(
+            !dict(1),
+            "wide column: {:?}",
+            rg.column(1).encodings().collect::<Vec<_>>()
+        );
         let back: Vec<RecordBatch> =
             datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
                 bytes::Bytes::from(bytes),
