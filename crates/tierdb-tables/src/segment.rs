@@ -264,8 +264,13 @@ mod tests {
             ],
         )
         .unwrap();
-        let (bytes, stats) =
-            encode_segment(&def, schema, &SegmentOptions::default(), &[batch.clone()]).unwrap();
+        let (bytes, stats) = encode_segment(
+            &def,
+            schema,
+            &SegmentOptions::default(),
+            std::slice::from_ref(&batch),
+        )
+        .unwrap();
         assert_eq!(stats[0].max, Some(StatValue::Int(11)));
         assert_eq!(stats[1].max, Some(StatValue::Int(99_999 * 7919)));
         let reader = SerializedFileReader::new(bytes::Bytes::from(bytes.clone())).unwrap();
