@@ -273,11 +273,16 @@ fn finish(ctx: &CleanerCtx, job: Job, result: object_store::Result<Option<(PutRe
             } else {
                 state.ready.push_back(job.path.clone());
             }
-            state.done(shared, seq);
-            drop(state);
+            // The read tiers learn the uploaded version before the lock is released: once
+            // the pending entry is gone a reader goes to them, and a later version of the
+            // path can be logged, uploaded and announced only after this. Announced after
+            // the lock, a delayed announcement of an older version overwrote a newer one's
+            // and reads were served the older bytes (found by `store_model` under load).
             if newest && let Ok(path) = Path::parse(&job.path) {
                 (ctx.on_uploaded)(Uploaded { path, put });
             }
+            state.done(shared, seq);
+            drop(state);
         }
         Err(e) => {
             shared.stats.upload_errors.fetch_add(1, Ordering::Relaxed);
