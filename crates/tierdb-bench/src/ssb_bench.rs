@@ -260,15 +260,7 @@ async fn plain_query(
         .await
         .map_err(failed)?;
     let seconds = started.elapsed().as_secs_f64();
-    answers.push_str(&format!("-- {name}\n"));
-    let mut w = datafusion::arrow::csv::WriterBuilder::new()
-        .with_header(false)
-        .build(Vec::new());
-    for b in &batches {
-        w.write(b)
-            .map_err(|e| format!("{name}: cannot write the answer: {e}"))?;
-    }
-    answers.push_str(&String::from_utf8_lossy(&w.into_inner()));
+    append_answer(name, &batches, answers)?;
     Ok(QueryRun {
         query: name.to_string(),
         seconds,
@@ -281,6 +273,24 @@ async fn plain_query(
         segments: 0,
         segments_skipped: 0,
     })
+}
+
+/// Appends a query's answer to `answers`: `-- NAME`, then its rows as CSV.
+fn append_answer(
+    name: &str,
+    batches: &[datafusion::arrow::array::RecordBatch],
+    answers: &mut String,
+) -> Result<()> {
+    answers.push_str(&format!("-- {name}\n"));
+    let mut w = datafusion::arrow::csv::WriterBuilder::new()
+        .with_header(false)
+        .build(Vec::new());
+    for b in batches {
+        w.write(b)
+            .map_err(|e| format!("{name}: cannot write the answer: {e}"))?;
+    }
+    answers.push_str(&String::from_utf8_lossy(&w.into_inner()));
+    Ok(())
 }
 
 /// `KEY=VALUE` as a `SET` statement.
@@ -362,15 +372,7 @@ async fn run_query(
     let r = results
         .last()
         .ok_or_else(|| BenchError::bug("a query returned no result"))?;
-    answers.push_str(&format!("-- {name}\n"));
-    let mut w = datafusion::arrow::csv::WriterBuilder::new()
-        .with_header(false)
-        .build(Vec::new());
-    for b in &r.batches {
-        w.write(b)
-            .map_err(|e| format!("{name}: cannot write the answer: {e}"))?;
-    }
-    answers.push_str(&String::from_utf8_lossy(&w.into_inner()));
+    append_answer(name, &r.batches, answers)?;
     Ok(QueryRun {
         query: name.to_string(),
         seconds,
