@@ -15,6 +15,7 @@ mod stats;
 mod store_cmd;
 mod vacuum_cmd;
 mod warm_cmd;
+mod worker_cmd;
 mod zodb_cmd;
 
 use std::process::ExitCode;
@@ -66,6 +67,9 @@ enum Command {
     /// Serve a database's tables over the PostgreSQL wire protocol (psql, PostgreSQL
     /// drivers and tools).
     Serve(serve::ServeArgs),
+    /// Run the query stages a coordinator (`tierdb sql` or `tierdb serve` with --workers)
+    /// sends, over the database opened as a follower with this process's own cache tiers.
+    Worker(worker_cmd::WorkerArgs),
     /// Delete segment files no table references any more (replaced by UPDATE, DELETE or
     /// INSERT OVERWRITE, dropped, or never committed) once no reader can still use them;
     /// --dry-run lists them.
@@ -127,6 +131,7 @@ fn main() -> ExitCode {
             Command::Import(args) => sql_cmd::run_import(args).await,
             Command::Ssb(cmd) => sql_cmd::run_ssb(cmd).await,
             Command::Serve(args) => serve::run_serve(args).await,
+            Command::Worker(args) => worker_cmd::run_worker(args).await,
             Command::Vacuum(args) => vacuum_cmd::run_vacuum(args).await,
             Command::Info { db, format, tiers } => kv_cmd::run_info(db, format, tiers).await,
             Command::Clone { src, dst, tiers } => kv_cmd::run_clone(src, dst, tiers).await,

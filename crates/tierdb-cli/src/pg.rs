@@ -444,6 +444,9 @@ impl ConnState {
         if let Some(r) = show_server_version(&stmt) {
             return r;
         }
+        if let Some(r) = show_replica(&stmt, session.tables()).await {
+            return r;
+        }
         if is_set_or_show(&stmt) {
             if session.is_aborted() {
                 return Err(aborted());
@@ -1592,33 +1595,78 @@ fn is_set_or_show(stmt: &Statement) -> bool {
     )
 }
 
-/// `SHOW server_version` answers what the startup parameters said.
-fn show_server_version(stmt: &Statement) -> Option<PgWireResult<Response>> {
+/// The name of a `SHOW` statement's variable, lower case (`tierdb.role`).
+fn shown_variable(stmt: &Statement) -> Option<String> {
     let Statement::ShowVariable { variable } = stmt else {
         return None;
     };
-    let name: Vec<String> = variable.iter().map(|v| v.value.to_lowercase()).collect();
-    let value = match name.as_slice() {
-        [v] if v == "server_version" => SERVER_VERSION.to_string(),
-        [v] if v == "server_version_num" => "160006".to_string(),
+    Some(
+        variable
+            .iter()
+            .map(|v| v.value.to_lowercase())
+            .collect::<Vec<_>>()
+            .join("."),
+    )
+}
+
+/// `SHOW server_version` answers what the startup parameters said.
+fn show_server_version(stmt: &Statement) -> Option<PgWireResult<Response>> {
+    let name = shown_variable(stmt)?;
+    let value = match name.as_str() {
+        "server_version" => SERVER_VERSION.to_string(),
+        "server_version_num" => "160006".to_string(),
         _ => return None,
     };
+    Some(Ok(one_value(name, value)))
+}
+
+/// `SHOW tierdb.role` (writer or replica) and `SHOW tierdb.replica_lag`: how old the newest
+/// commit this server sees is (on a replica, an upper bound of how far behind its writer
+/// it is; it also grows while the writer commits nothing, as PostgreSQL's
+/// `now() - pg_last_xact_replay_timestamp()` does).
+async fn show_replica(
+    stmt: &Statement,
+    tables: &tierdb_tables::Tables,
+) -> Option<PgWireResult<Response>> {
+    let name = shown_variable(stmt)?;
+    let value = match name.as_str() {
+        "tierdb.role" => if tables.is_read_only() {
+            "replica"
+        } else {
+            "writer"
+        }
+        .to_string(),
+        "tierdb.replica_lag" => match tables.last_commit_ms().await {
+            Err(e) => return Some(Err(table_error(&e))),
+            Ok(_) if !tables.is_read_only() => "0 (this server is the writer)".to_string(),
+            Ok(None) => "unknown (no commit seen yet)".to_string(),
+            Ok(Some(ms)) => {
+                let age = tierdb_kv::lease::now_ms().saturating_sub(ms);
+                format!(
+                    "{:.3} s (since the newest commit this replica sees)",
+                    age as f64 / 1e3
+                )
+            }
+        },
+        _ => return None,
+    };
+    Some(Ok(one_value(name, value)))
+}
+
+/// A one-row, one-column text answer named `name`.
+fn one_value(name: String, value: String) -> Response {
     let fields = Arc::new(vec![FieldInfo::new(
-        name[0].clone(),
+        name,
         None,
         None,
         Type::TEXT,
         FieldFormat::Text,
     )]);
     let mut encoder = pgwire::api::results::DataRowEncoder::new(fields.clone());
-    if let Err(e) = encoder.encode_field(&Some(value)) {
-        return Some(Err(e));
-    }
-    let row = encoder.take_row();
-    Some(Ok(Response::Query(QueryResponse::new(
-        fields,
-        futures::stream::iter(vec![Ok(row)]),
-    ))))
+    let row = encoder
+        .encode_field(&Some(value))
+        .map(|()| encoder.take_row());
+    Response::Query(QueryResponse::new(fields, futures::stream::iter(vec![row])))
 }
 
 /// `INSERT 0 5` / `UPDATE 3` / `CREATE TABLE` as a pgwire tag.

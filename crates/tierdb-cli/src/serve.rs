@@ -56,6 +56,13 @@ pub struct ServeArgs {
     /// keep trying to reopen it for this long, then exit non-zero so a supervisor can act.
     #[arg(long, default_value = "10m")]
     pub recover_for: humantime::Duration,
+    /// Serve as a read replica: open the database as a follower (it never fences the
+    /// writer, which may run in another process or on another machine), refuse writes with
+    /// SQLSTATE 25006, and see the writer's commits within --poll-interval (default 500ms)
+    /// plus the time to read them. `SHOW tierdb.replica_lag` tells how old the newest
+    /// commit it sees is.
+    #[arg(long)]
+    pub read_only: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -96,6 +103,7 @@ pub struct Database {
     db: String,
     kv: KvArgs,
     engine_args: EngineArgs,
+    role: Role,
     recover_for: std::time::Duration,
     live: tokio::sync::RwLock<Live>,
     /// A reopen is under way.
@@ -149,7 +157,7 @@ impl Database {
         let deadline = tokio::time::Instant::now() + self.recover_for;
         let mut pause = std::time::Duration::from_millis(250);
         loop {
-            match open_served(&self.db, &self.kv, &self.engine_args).await {
+            match open_served(&self.db, &self.kv, &self.engine_args, self.role).await {
                 Ok((engine, handle)) => {
                     tracing::warn!(db = %self.db, "database reopened; serving again");
                     *self.live.write().await = Live {
@@ -218,7 +226,7 @@ impl<H: StartupHandler> StartupHandler for StartupUserInErrors<H> {
 }
 
 /// SIGINT or SIGTERM (what supervisors send): stop accepting, close the database cleanly.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -238,8 +246,9 @@ async fn open_served(
     db: &str,
     kv: &KvArgs,
     engine_args: &EngineArgs,
+    role: Role,
 ) -> CliResult<(SqlEngine, tierdb_engine::Database)> {
-    let (engine, handle) = open_engine(db, kv, engine_args, Role::Writer).await?;
+    let (engine, handle) = open_engine(db, kv, engine_args, role).await?;
     crate::pg::install_postgres_compat(&engine)?;
     Ok((engine, handle))
 }
@@ -327,12 +336,18 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
     let listener = TcpListener::bind(&args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let (engine, handle) = open_served(&args.db, &args.kv, &args.engine).await?;
+    let role = if args.read_only {
+        Role::Follower
+    } else {
+        Role::Writer
+    };
+    let (engine, handle) = open_served(&args.db, &args.kv, &args.engine, role).await?;
     let (fatal, mut fatal_rx) = tokio::sync::watch::channel(None);
     let database = Arc::new(Database {
         db: args.db.clone(),
         kv: args.kv.clone(),
         engine_args: args.engine.clone(),
+        role,
         recover_for: args.recover_for.into(),
         live: tokio::sync::RwLock::new(Live {
             engine: Arc::new(engine),
@@ -364,8 +379,13 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
         .local_addr()
         .map_or_else(|_| args.listen.clone(), |a| a.to_string());
     println!(
-        "tierdb serving {} on {addr}{} (psql -h {} -p {} -U {})",
+        "tierdb serving {}{} on {addr}{} (psql -h {} -p {} -U {})",
         args.db,
+        if args.read_only {
+            " read-only (a replica of its writer)"
+        } else {
+            ""
+        },
         if tls.is_some() { " with TLS" } else { "" },
         addr.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h),
         addr.rsplit_once(':').map_or("5433", |(_, p)| p),

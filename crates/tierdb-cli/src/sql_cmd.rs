@@ -44,6 +44,24 @@ pub struct EngineArgs {
     /// Rows per Parquet row group in the segments this process writes.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1024..=(1 << 24)))]
     pub row_group_rows: Option<u64>,
+    /// Rows per segment file in the segments this process writes (the unit of extent
+    /// elimination and of splitting a scan across workers) [default: 2097152].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1024..=(1 << 26)))]
+    pub segment_rows: Option<u64>,
+    /// Spread queries over these worker processes (`tierdb worker DB --listen ADDR`):
+    /// HOST:PORT,… Stages that scan segments are split across them by segment.
+    #[arg(long, value_parser = parse_workers, default_value = "")]
+    pub workers: WorkerList,
+}
+
+/// `--workers`, parsed.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerList(pub Vec<url::Url>);
+
+fn parse_workers(list: &str) -> Result<WorkerList, String> {
+    tierdb_tables::distributed::parse_workers(list)
+        .map(WorkerList)
+        .map_err(|e| e.to_string())
 }
 
 impl EngineArgs {
@@ -53,6 +71,7 @@ impl EngineArgs {
             spill_dir: self.spill_dir.clone(),
             join_reorder: !self.no_join_reorder,
             metadata_cache_bytes: self.metadata_cache.as_u64() as usize,
+            workers: self.workers.0.clone(),
             ..EngineOptions::default()
         };
         if let Some(t) = self.threads {
@@ -69,6 +88,10 @@ impl EngineArgs {
         }
         if let Some(rows) = self.row_group_rows {
             o.row_group_rows = rows as usize;
+        }
+        if let Some(rows) = self.segment_rows {
+            o.segment_rows = rows as usize;
+            o.row_group_rows = o.row_group_rows.min(o.segment_rows);
         }
         o
     }

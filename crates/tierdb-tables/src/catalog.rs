@@ -8,6 +8,7 @@
 //! | `Ts` + table id (u64 BE) + segment id (u64 BE) | [`FORMAT_VERSION`], then [`SegmentMeta`] (JSON): the extent map |
 //! | `Tc`                             | [`FORMAT_VERSION`], then the next id (u64 BE) for tables and segments |
 //! | `Tr` + segment path              | [`FORMAT_VERSION`], then [`Retired`] (JSON): a file no table references any more, kept for readers until VACUUM |
+//! | `Tt`                             | [`FORMAT_VERSION`], then the wall-clock time (ms since the epoch, u64 BE) of the last catalog commit: how old what a replica sees is |
 //!
 //! Every value starts with the format version byte; a value of another version is refused
 //! as damaged data naming both versions, never guessed at.
@@ -29,6 +30,7 @@ const TABLE_PREFIX: &[u8] = b"Tn";
 const SEGMENT_PREFIX: &[u8] = b"Ts";
 const COUNTER_KEY: &[u8] = b"Tc";
 const RETIRED_PREFIX: &[u8] = b"Tr";
+const COMMIT_TIME_KEY: &[u8] = b"Tt";
 
 /// The column types tierdb stores. Each maps to one Arrow type and one Parquet physical type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -358,6 +360,20 @@ pub async fn list_retired(kv: &dyn KvRead) -> Result<Vec<Retired>> {
 }
 
 /// The next free id (tables and segments share one counter).
+/// When the newest catalog commit this reader sees was made (ms since the epoch), if any
+/// commit since the stamp was introduced.
+pub async fn last_commit_ms(kv: &dyn KvRead) -> Result<Option<u64>> {
+    let Some(v) = kv.get(COMMIT_TIME_KEY).await? else {
+        return Ok(None);
+    };
+    let payload = versioned(COMMIT_TIME_KEY, &v)?;
+    let bytes: [u8; 8] = payload.try_into().map_err(|_| TableError::Damaged {
+        key: "Tt".into(),
+        reason: format!("{} bytes, expected 8", payload.len()),
+    })?;
+    Ok(Some(u64::from_be_bytes(bytes)))
+}
+
 pub async fn next_id(kv: &dyn KvRead) -> Result<u64> {
     match kv.get(COUNTER_KEY).await? {
         Some(v) => {
@@ -406,6 +422,15 @@ impl CatalogBatch {
 
     pub fn forget_retired(&mut self, path: &str) {
         self.batch.delete(retired_key(path));
+    }
+
+    /// The batch to commit, stamped with the commit's wall-clock time (`Tt`).
+    pub fn stamped(mut self) -> Batch {
+        let mut value = vec![FORMAT_VERSION];
+        value.extend_from_slice(&tierdb_kv::lease::now_ms().to_be_bytes());
+        self.batch
+            .put(Bytes::from_static(COMMIT_TIME_KEY), Bytes::from(value));
+        self.batch
     }
 
     pub fn set_next_id(&mut self, next: u64) {

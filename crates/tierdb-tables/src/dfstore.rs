@@ -10,6 +10,9 @@
 //! checksums (from its catalog entry) before DataFusion reads it, and a read is widened to
 //! whole blocks, checked, and cut back to what was asked (see `checksum.rs`). A read of an
 //! object with no registered checksums is refused, so nothing reaches a query unverified.
+//! A worker process (`distributed.rs`) runs plans another process made: it has registered
+//! nothing, so its adapter is given a [`ChecksumSource`] that looks a segment up in the
+//! catalog by its path the first time it is read.
 
 use std::fmt;
 use std::ops::Range;
@@ -47,12 +50,21 @@ impl ReadCounters {
     }
 }
 
+/// Where a process that did not plan a query finds a segment's checksums: the catalog.
+#[async_trait::async_trait]
+pub trait ChecksumSource: Send + Sync + fmt::Debug {
+    /// The checksums of the committed segment at `path`, or why there are none.
+    async fn checksums(&self, path: &str) -> Result<BlockSums, String>;
+}
+
 #[derive(Debug, Clone)]
 pub struct DfStore {
     inner: Arc<dyn os14::ObjectStore>,
     counters: Arc<ReadCounters>,
     /// Block checksums of the segments a query may read, by path.
     checksums: Arc<RwLock<HashMap<String, Arc<BlockSums>>>>,
+    /// Asked for the checksums of a segment nobody registered (worker processes only).
+    source: Option<Arc<dyn ChecksumSource>>,
     readahead: Arc<ReadAhead>,
 }
 
@@ -62,7 +74,17 @@ impl DfStore {
             inner,
             counters: Arc::new(ReadCounters::default()),
             checksums: Arc::default(),
+            source: None,
             readahead: Arc::default(),
+        }
+    }
+
+    /// The same store (same counters, same read-ahead), asking `source` for the checksums
+    /// of segments nobody registered instead of refusing to read them.
+    pub fn with_checksum_source(&self, source: Arc<dyn ChecksumSource>) -> Self {
+        DfStore {
+            source: Some(source),
+            ..self.clone()
         }
     }
 
@@ -84,17 +106,25 @@ impl DfStore {
         }
     }
 
-    fn sums(&self, location: &Path14) -> os14::Result<Arc<BlockSums>> {
-        self.checksums
-            .read()
-            .get(location.as_ref())
-            .cloned()
-            .ok_or_else(|| {
-                damaged(
-                    location,
-                    "no checksums are recorded for it, so it cannot be read verified".into(),
-                )
-            })
+    async fn sums(&self, location: &Path14) -> os14::Result<Arc<BlockSums>> {
+        if let Some(s) = self.checksums.read().get(location.as_ref()) {
+            return Ok(s.clone());
+        }
+        let Some(source) = &self.source else {
+            return Err(damaged(
+                location,
+                "no checksums are recorded for it, so it cannot be read verified".into(),
+            ));
+        };
+        let sums = source
+            .checksums(location.as_ref())
+            .await
+            .map_err(|reason| os14::Error::Generic {
+                store: tierdb_store::STORE_NAME,
+                source: format!("segment {location}: {reason}").into(),
+            })?;
+        self.register_checksums(location.as_ref(), &sums);
+        Ok(Arc::new(sums))
     }
 
     /// Reads `ranges` of `location` widened to whole blocks, verifies every block and
@@ -104,7 +134,7 @@ impl DfStore {
         location: &Path14,
         ranges: &[Range<u64>],
     ) -> os14::Result<Vec<Bytes>> {
-        let sums = self.sums(location)?;
+        let sums = self.sums(location).await?;
         let aligned = ranges
             .iter()
             .map(|r| sums.aligned(r))
@@ -260,7 +290,7 @@ impl os13::ObjectStore for DfStore {
                 ..Default::default()
             };
             let r = self.inner.get_opts(&location, opts).await.map_err(err13)?;
-            let sums = self.sums(&location).map_err(err13)?;
+            let sums = self.sums(&location).await.map_err(err13)?;
             if r.meta.size != sums.object_bytes {
                 return Err(err13(damaged(
                     &location,
@@ -285,7 +315,7 @@ impl os13::ObjectStore for DfStore {
         {
             return Err(not_supported("conditional reads of segments"));
         }
-        let sums = self.sums(&location).map_err(err13)?;
+        let sums = self.sums(&location).await.map_err(err13)?;
         let len = sums.object_bytes;
         let range = match options.range {
             None => 0..len,
@@ -330,7 +360,7 @@ impl os13::ObjectStore for DfStore {
         ranges: &[Range<u64>],
     ) -> os13::Result<Vec<Bytes>> {
         let location = path14(location);
-        if let Ok(sums) = self.sums(&location) {
+        if let Ok(sums) = self.sums(&location).await {
             self.read_ahead(&location, sums.object_bytes, ranges);
         }
         let out = self.read_verified(&location, ranges).await.map_err(err13)?;

@@ -15,6 +15,7 @@
 pub mod catalog;
 pub mod checksum;
 pub mod dfstore;
+pub mod distributed;
 mod dml;
 pub mod error;
 pub mod import;

@@ -47,6 +47,9 @@ pub struct EngineOptions {
     pub join_reorder: bool,
     /// DRAM for parsed Parquet footers and page indexes, kept across queries.
     pub metadata_cache_bytes: usize,
+    /// Worker processes (`tierdb worker`) to spread queries over; none: this process runs
+    /// every query alone (see `distributed.rs`).
+    pub workers: Vec<url::Url>,
 }
 
 impl Default for EngineOptions {
@@ -57,6 +60,7 @@ impl Default for EngineOptions {
             spill_dir: None,
             join_reorder: true,
             metadata_cache_bytes: 256 << 20,
+            workers: Vec::new(),
         }
     }
 }
@@ -98,6 +102,24 @@ impl std::fmt::Debug for SqlEngine {
     }
 }
 
+/// A query runtime with `options`' memory pool, spill directory and Parquet metadata cache
+/// (one per process: every session of the process shares it).
+pub(crate) fn runtime_env(
+    options: &EngineOptions,
+) -> Result<Arc<datafusion::execution::runtime_env::RuntimeEnv>> {
+    let mut disk = DiskManagerBuilder::default();
+    if let Some(dir) = &options.spill_dir {
+        disk = disk.with_mode(DiskManagerMode::Directories(vec![dir.clone()]));
+    }
+    Ok(RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(FairSpillPool::new(options.memory_limit)))
+        .with_disk_manager_builder(disk)
+        .with_cache_manager(
+            CacheManagerConfig::default().with_metadata_cache_limit(options.metadata_cache_bytes),
+        )
+        .build_arc()?)
+}
+
 impl SqlEngine {
     pub fn new(tables: Arc<Tables>, options: &EngineOptions) -> Result<Self> {
         let slot = Arc::new(TxSlot::default());
@@ -111,18 +133,7 @@ impl SqlEngine {
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(CATALOG, SCHEMA)
             .with_extension(slot.clone());
-        let mut disk = DiskManagerBuilder::default();
-        if let Some(dir) = &options.spill_dir {
-            disk = disk.with_mode(DiskManagerMode::Directories(vec![dir.clone()]));
-        }
-        let runtime = RuntimeEnvBuilder::new()
-            .with_memory_pool(Arc::new(FairSpillPool::new(options.memory_limit)))
-            .with_disk_manager_builder(disk)
-            .with_cache_manager(
-                CacheManagerConfig::default()
-                    .with_metadata_cache_limit(options.metadata_cache_bytes),
-            )
-            .build_arc()?;
+        let runtime = runtime_env(options)?;
         let mut state = datafusion::execution::SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
@@ -141,6 +152,7 @@ impl SqlEngine {
             rules.insert(at, Arc::new(JoinReorder::new(cards.clone())));
             state = state.with_optimizer_rules(rules);
         }
+        let state = crate::distributed::coordinate(state, &options.workers);
         let ctx = SessionContext::new_with_state(state.build());
         let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
         ctx.register_object_store(&url, Arc::new(tables.df_store().clone()));

@@ -122,6 +122,29 @@ impl Tables {
         catalog::list_tables(self.reader.as_ref()).await
     }
 
+    /// When the newest commit to the tables this process sees was made (ms since the
+    /// epoch): on a replica, `now - this` bounds how far behind its writer it is (as
+    /// PostgreSQL's `now() - pg_last_xact_replay_timestamp()`).
+    pub async fn last_commit_ms(&self) -> Result<Option<u64>> {
+        catalog::last_commit_ms(self.reader.as_ref()).await
+    }
+
+    /// The committed segment stored at `path` (`…/tables/<table id>/<name>.parquet`), if
+    /// the catalog this process sees has it.
+    pub async fn segment_by_path(&self, path: &str) -> Result<Option<SegmentMeta>> {
+        let table = path
+            .rsplit('/')
+            .nth(1)
+            .and_then(|id| id.parse::<u64>().ok());
+        let Some(table) = table else {
+            return Ok(None);
+        };
+        Ok(crate::catalog::segments(self.reader.as_ref(), table)
+            .await?
+            .into_iter()
+            .find(|s| s.path == path))
+    }
+
     pub async fn segments(&self, def: &TableDef) -> Result<Vec<SegmentMeta>> {
         catalog::segments(self.reader.as_ref(), def.id).await
     }
@@ -149,7 +172,7 @@ impl Tables {
         let mut b = CatalogBatch::default();
         b.put_table(&def);
         b.set_next_id(id + 1);
-        kv.commit(b.batch).await?;
+        kv.commit(b.stamped()).await?;
         Ok(def)
     }
 
@@ -173,7 +196,7 @@ impl Tables {
             b.delete_segment(def.id, s.id);
             b.retire(s, now);
         }
-        kv.commit(b.batch).await?;
+        kv.commit(b.stamped()).await?;
         Ok(true)
     }
 
@@ -308,7 +331,7 @@ impl Tables {
             w.segments = kept;
         }
         b.set_next_id(next);
-        let committed = kv.commit(b.batch).await;
+        let committed = kv.commit(b.stamped()).await;
         for w in &writes {
             self.done_writing(&w.segments);
         }
@@ -418,7 +441,7 @@ impl Tables {
             b.forget_retired(p);
         }
         if !b.batch.is_empty() {
-            kv.commit(b.batch).await?;
+            kv.commit(b.stamped()).await?;
         }
         Ok(plan)
     }
