@@ -54,6 +54,9 @@ fi
 echo "== tierdb serve with PostgreSQL clients: psycopg 3, psycopg2, SQLAlchemy, pandas, asyncpg, psql; bad input, SIGKILL during COMMIT, TLS, VACUUM (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_pg.py")
+echo "== beyond one process: SSB SF 0.1 over 2 tierdb workers vs one process, serve --read-only replicas, MinIO erasure set losing a drive under a ZODB and SQL load (pytest)"
+(cd "$ZT" && MINIO_BIN="$MINIO_BIN" TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 1800 "$PY" -m pytest -q -s -p no:cacheprovider \
+  "$ROOT/python/tests/test_scale.py")
 echo "== ZODB blob suites and IExternalGC (zope.testrunner) on a local directory, MinIO and FileStorage"
 # The doctests check that a committed blob file cannot be opened for writing, which root
 # (CAP_DAC_OVERRIDE) always can: as root, run them with every capability dropped.

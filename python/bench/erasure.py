@@ -9,7 +9,7 @@ Steps (each prints what it measured):
   3. run a ZODB workload (a TierStorage on s3://BUCKET/zodb in write-through mode: a commit
      is acknowledged once MinIO has it) and a SQL workload (`tierdb sql --read-only`
      running Q1.1 to Q4.3 in turn, each answer checked) at the same time;
-  4. once both have made progress, delete one drive's directory (rm -rf) under them, and
+  4. once both have made progress, delete one drive's directory under them, and
      let both go on for as much work again;
   5. check: every acknowledged ZODB commit is there with its bytes (a fresh storage, empty
      cache), the 13 SSB answers of a fresh process equal step 2's, and a new SQL table can
@@ -197,9 +197,15 @@ def main():
         drives = [work / f"d{i}" for i in range(1, a.drives + 1)]
         on_drives = sum(du(d) for d in drives)
         meta = sum(du(d / ".minio.sys") for d in drives)
+        # Listed right after the drives were measured (the workloads go on meanwhile).
+        logical = logical_bytes(a.tierdb, ssb_url) + logical_bytes(a.tierdb, zodb_url)
         lost_drive = drives[a.drives // 2]
         lost_at = time.time()
-        shutil.rmtree(lost_drive)
+        # Renamed first (atomic: the drive is gone at once for MinIO, which goes on writing
+        # to the drives it has), then deleted.
+        gone = lost_drive.with_name(lost_drive.name + ".deleted")
+        os.rename(lost_drive, gone)
+        shutil.rmtree(gone, ignore_errors=True)
         print(f"== deleted {lost_drive} at {len(zodb.acked)} commits, {sql_load.done} queries", flush=True)
         mark_commits, mark_queries = len(zodb.acked), sql_load.done
         wait_for(f"{a.commits} more ZODB commits and 3 more queries",
@@ -238,7 +244,6 @@ def main():
         if written != days:
             problems.append(f"a table written after the loss has {written} rows, not {days}")
 
-        logical = logical_bytes(a.tierdb, ssb_url) + logical_bytes(a.tierdb, zodb_url)
         commit_before = [t for w, t in zodb.latencies if w < lost_at]
         commit_after = [t for w, t in zodb.latencies if w >= lost_at]
         query_before = [t for w, t in sql_load.latencies if w < lost_at]
