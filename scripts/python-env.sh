@@ -4,6 +4,10 @@
 # comparison, and the PostgreSQL drivers `tierdb serve` is tested with) and builds the
 # package into it with maturin (not with --deps-only: for scripts that build it themselves,
 # in release, or do not need it). Prints the venv's python path last.
+# Beside it, ~/.cache/tierdb/venv-readers holds the engines that read tierdb tables as Delta
+# tables from the bucket (python/tests/external_readers.py): DuckDB 1.5.5 with the delta
+# extension its pip package ships (loaded by path: nothing is downloaded at run time), and
+# `deltalake` (delta-rs). A venv of its own: the SQL comparison keeps its DuckDB version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${TIERDB_VENV:-$HOME/.cache/tierdb/venv}
@@ -12,6 +16,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/pip" install -q --disable-pip-version-check "ZODB[test]>=6" zodburi ZConfig zope.testing manuel pytest "maturin>=1.5,<2" duckdb \
   "psycopg[binary]>=3.2" psycopg2-binary "sqlalchemy>=2" pandas asyncpg ZEO
+READERS=${TIERDB_READERS_VENV:-$HOME/.cache/tierdb/venv-readers}
+if [ ! -x "$READERS/bin/python" ]; then
+  python3 -m venv "$READERS"
+fi
+"$READERS/bin/pip" install -q --disable-pip-version-check duckdb==1.5.5 duckdb-extension-delta==1.5.5 \
+  "deltalake>=1.6,<2" pyarrow
 if [ "${1:-}" != "--deps-only" ]; then
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
   (cd python && VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" maturin develop -q)

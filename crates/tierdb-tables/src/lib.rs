@@ -14,6 +14,7 @@
 
 pub mod catalog;
 pub mod checksum;
+pub mod delta;
 pub mod dfstore;
 pub mod distributed;
 mod dml;

@@ -36,6 +36,8 @@ pub struct Tables {
     /// Segment files written by this process and not yet committed or discarded (an open
     /// transaction's, an import's in progress): VACUUM leaves them alone.
     writing: parking_lot::Mutex<std::collections::HashSet<String>>,
+    /// The tables' Delta logs, for other engines (see `delta.rs`).
+    delta: crate::delta::DeltaLogs,
     pub segment_options: SegmentOptions,
 }
 
@@ -65,6 +67,7 @@ impl Tables {
             store,
             commit_lock: tokio::sync::Mutex::new(()),
             writing: Default::default(),
+            delta: Default::default(),
             segment_options: SegmentOptions::default(),
         }
     }
@@ -173,7 +176,22 @@ impl Tables {
         b.put_table(&def);
         b.set_next_id(id + 1);
         kv.commit(b.stamped()).await?;
+        self.publish_delta(&def, &[]).await;
         Ok(def)
+    }
+
+    /// Appends the catalog's new state of `def` (its `segments`) to its Delta log. Called
+    /// under the commit lock after the catalog commit; a failure is logged, not returned:
+    /// the commit is durable, and the next commit of the table writes the difference.
+    async fn publish_delta(&self, def: &TableDef, segments: &[SegmentMeta]) {
+        if let Err(e) = self
+            .delta
+            .publish(self.store.as_ref(), &self.root, def, segments)
+            .await
+        {
+            tracing::warn!(table = %def.name, error = %e,
+                "cannot append to the table's Delta log; the next commit of the table will");
+        }
     }
 
     /// Drops a table: its catalog entries go in one commit, which also retires its segment
@@ -197,6 +215,7 @@ impl Tables {
             b.retire(s, now);
         }
         kv.commit(b.stamped()).await?;
+        self.publish_delta(&def, &[]).await;
         Ok(true)
     }
 
@@ -336,6 +355,16 @@ impl Tables {
             self.done_writing(&w.segments);
         }
         committed.map_err(|e| CommitFailure::Unknown(e.into()))?;
+        let mut published = std::collections::HashSet::new();
+        for w in &writes {
+            if published.insert(w.table.id) {
+                match self.segments(&w.table).await {
+                    Ok(segments) => self.publish_delta(&w.table, &segments).await,
+                    Err(e) => tracing::warn!(table = %w.table.name, error = %e,
+                        "cannot read the catalog to append to the Delta log"),
+                }
+            }
+        }
         self.discard(&unused).await;
         Ok(writes)
     }
@@ -358,7 +387,9 @@ impl Tables {
     pub async fn vacuum_plan(&self, retain: std::time::Duration) -> Result<VacuumPlan> {
         let prefix = Path::from(format!("{}/tables", self.root.trim_end_matches('/')));
         let mut referenced = std::collections::HashSet::new();
+        let mut logs = std::collections::HashSet::new();
         for def in self.tables().await? {
+            logs.insert(format!("{}/", crate::delta::table_root(&self.root, def.id)));
             for s in self.segments(&def).await? {
                 referenced.insert(s.path);
             }
@@ -381,6 +412,10 @@ impl Tables {
             seen.insert(path.clone());
             if referenced.contains(&path) {
                 plan.referenced += 1;
+                continue;
+            }
+            // The Delta log of an existing table (a dropped table's goes with its files).
+            if crate::delta::is_log_file(&path) && logs.iter().any(|l| path.starts_with(l)) {
                 continue;
             }
             if writing.contains(&path) {
