@@ -214,8 +214,12 @@ def test_vacuum_deletes_only_unreferenced_files(db, tmp_path):
     import json
     plan = json.loads(dry)
     # Retired: the old p=1 and p=3 segments and gone's; never committed: the import's.
-    assert len(plan["files"]) == 4, plan
-    assert sum(1 for f in plan["files"] if not f["retired"]) == 1, plan
+    segments = [f for f in plan["files"] if f["path"].endswith(".parquet")]
+    assert len(segments) == 4, plan
+    assert sum(1 for f in segments if not f["retired"]) == 1, plan
+    # The dropped table's Delta log goes with its files; v's is kept.
+    logs = {f["path"].split("/_delta_log/")[0] for f in plan["files"] if f not in segments}
+    assert len(logs) == 1 and all("/_delta_log/" in f["path"] for f in plan["files"] if f not in segments), plan
     kept = tierdb("vacuum", db, "--retain", "1h", "--format", "json").stdout
     assert json.loads(kept)["files"] == [], kept
     tierdb("vacuum", db, "--retain", "0s")

@@ -353,7 +353,7 @@ async fn import_into(
 async fn segment_files(capacity: &InMemory) -> usize {
     let all: Vec<_> = capacity.list(None).try_collect().await.unwrap();
     all.iter()
-        .filter(|m| m.location.as_ref().contains("/tables/"))
+        .filter(|m| m.location.as_ref().ends_with(".parquet"))
         .count()
 }
 
