@@ -65,6 +65,35 @@ def test_workers_refuse_bad_input(tmp_path):
     assert p.returncode != 0 and "127.0.0.1" in p.stderr, p.stdout + p.stderr
 
 
+def test_workers_answer_like_one_process_and_transactions_read_their_own_writes(tmp_path):
+    """With a worker: a query over 4 segments equals the answer of one process; a
+    transaction's own uncommitted segments (in no catalog, so no worker can verify them) are
+    read in the coordinator alone, and its answer includes them."""
+    db = str(tmp_path / "db")
+    sql(db, "CREATE TABLE t (k BIGINT NOT NULL) ORDER BY (k); "
+            "INSERT INTO t SELECT (value * 7919) % 1000003 FROM generate_series(1, 1000000)",
+        "--segment-rows", "250000")
+    worker = subprocess.Popen([BIN, "worker", db, "--listen", "127.0.0.1:0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = worker.stdout.readline()
+        assert line.startswith("tierdb worker listening on "), line + worker.stderr.read()
+        addr = line.split()[-1]
+        q = "SELECT k % 10 AS r, count(*) AS n, sum(k) AS s FROM t GROUP BY k % 10 ORDER BY r"
+        alone = tierdb("sql", db, "--format", "csv", "-c", q).stdout
+        assert tierdb("sql", db, "--workers", addr, "--format", "csv", "-c", q).stdout == alone
+        out = tierdb("sql", db, "--workers", addr, "--format", "csv", "-c",
+                     "BEGIN; INSERT INTO t SELECT value FROM generate_series(1, 300000); "
+                     "SELECT count(*) FROM t; COMMIT; SELECT count(*) FROM t").stdout
+        assert out.count("1300000") == 2, out
+    finally:
+        worker.terminate()
+        rest, _ = worker.communicate(timeout=60)
+    import json
+    summary = json.loads(rest.strip().splitlines()[-1])
+    assert summary["query_bytes"] > 0, summary
+
+
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed (scripts/test.sh installs it)")
 def test_read_only_replica_follows_the_writer(tmp_path):
     """A writer (`tierdb serve`) and a replica (`tierdb serve --read-only`) on the same
@@ -96,6 +125,8 @@ def test_read_only_replica_follows_the_writer(tmp_path):
         lag = psql(rport, "SHOW tierdb.replica_lag").stdout.strip()
         assert lag.endswith("(since the newest commit this replica sees)"), lag
         assert 0 <= float(lag.split()[0]) < 600, lag
+        info = tierdb("info", db).stdout
+        assert "newest table commit" in info and " s ago" in info, info
         assert writer.poll() is None and replica.poll() is None
     finally:
         for s in (writer, replica):

@@ -171,6 +171,22 @@ pub async fn run_kv(cmd: KvCommand) -> CliResult {
 
 /// `tierdb info DB`: reads the manifest without opening the database as writer, and shows
 /// the tier statistics a process using `--cache-dir` left there.
+/// When the newest table commit in the object store was made (ms since the epoch), read by
+/// a follower that writes nothing.
+async fn newest_table_commit(
+    db: &str,
+    store: &tierdb_engine::StoreOptions,
+) -> Result<Option<u64>, String> {
+    let mut options = tierdb_engine::OpenOptions::new(Workload::Tables, Role::Follower);
+    options.store = store.clone();
+    let database = Database::open(db, &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let newest = database.tables().last_commit_ms().await.map_err(|e| e.to_string());
+    let _ = database.close().await;
+    newest
+}
+
 pub async fn run_info(db: String, format: Format, tiers: TierArgs) -> CliResult {
     // The cache directory may be in use (locked) by the writer: read its statistics file
     // only, and read the manifest through a DRAM-only store.
@@ -191,6 +207,7 @@ pub async fn run_info(db: String, format: Format, tiers: TierArgs) -> CliResult 
     let closed = crate::store_cmd::close(&store).await;
     let (marker, shape, lease) = read?;
     closed?;
+    let newest_commit = newest_table_commit(&db, &options).await;
     let saved = match &cache_dir {
         Some(dir) => tierdb_store::SavedStats::read(dir)?,
         None => None,
@@ -212,6 +229,7 @@ pub async fn run_info(db: String, format: Format, tiers: TierArgs) -> CliResult 
             "replay_after_wal_id": shape.replay_after_wal_id,
             "checkpoints": shape.checkpoints,
             "external_dbs": shape.external_dbs,
+            "newest_table_commit_ms": newest_commit.as_ref().ok().copied().flatten(),
             "writer": lease.as_ref().map(|l| serde_json::json!({
                 "pid": l.pid,
                 "host": l.host,
@@ -279,6 +297,18 @@ pub async fn run_info(db: String, format: Format, tiers: TierArgs) -> CliResult 
                 }
             ),
             None => "none (the last one closed cleanly)".to_string(),
+        },
+    );
+    row(
+        "newest table commit",
+        match &newest_commit {
+            Ok(Some(ms)) => format!(
+                "{:.1} s ago: what a replica that is up to date sees (serve --read-only, SHOW \
+                 tierdb.replica_lag)",
+                tierdb_kv::lease::now_ms().saturating_sub(*ms) as f64 / 1e3
+            ),
+            Ok(None) => "none".to_string(),
+            Err(e) => format!("unknown: {e}"),
         },
     );
     row("checkpoints", shape.checkpoints.to_string());

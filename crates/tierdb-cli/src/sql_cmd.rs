@@ -193,7 +193,11 @@ pub async fn open_engine(
     engine: &EngineArgs,
     role: Role,
 ) -> CliResult<(SqlEngine, Database)> {
-    let database = Database::open(db, &kv.open_options(Workload::Tables, role)).await?;
+    let mut options = kv.open_options(Workload::Tables, role);
+    // A follower here may live long (a shell, a replica server): it pins what it reads so
+    // the writer's garbage collector cannot delete SSTs under it.
+    options.pin_checkpoint = role == Role::Follower;
+    let database = Database::open(db, &options).await?;
     let mut tables = database.tables();
     tables.segment_options = engine.segment_options();
     match SqlEngine::new(Arc::new(tables), &engine.options()) {

@@ -68,11 +68,10 @@ pub async fn run_worker(args: WorkerArgs) -> CliResult {
             args.listen
         )));
     }
-    let database = Database::open(
-        &args.db,
-        &args.kv.open_options(Workload::Tables, Role::Follower),
-    )
-    .await?;
+    let mut options = args.kv.open_options(Workload::Tables, Role::Follower);
+    // A worker lives long: it pins what it reads against the writer's garbage collector.
+    options.pin_checkpoint = true;
+    let database = Database::open(&args.db, &options).await?;
     let tables = Arc::new(database.tables());
     let served = async {
         let service = WorkerService::new(tables.clone(), &args.engine.options())?;

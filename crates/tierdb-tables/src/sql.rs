@@ -120,6 +120,24 @@ pub(crate) fn runtime_env(
         .build_arc()?)
 }
 
+/// DataFusion's own physical planner, with no distributed stages.
+#[derive(Debug)]
+struct LocalPlanner;
+
+#[async_trait::async_trait]
+impl datafusion::execution::context::QueryPlanner for LocalPlanner {
+    async fn create_physical_plan(
+        &self,
+        plan: &LogicalPlan,
+        state: &datafusion::execution::SessionState,
+    ) -> datafusion::common::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        use datafusion::physical_planner::PhysicalPlanner;
+        datafusion::physical_planner::DefaultPhysicalPlanner::default()
+            .create_physical_plan(plan, state)
+            .await
+    }
+}
+
 impl SqlEngine {
     pub fn new(tables: Arc<Tables>, options: &EngineOptions) -> Result<Self> {
         let slot = Arc::new(TxSlot::default());
@@ -171,6 +189,7 @@ impl SqlEngine {
                 slot,
                 aborted: Default::default(),
                 cards,
+                distributed: !options.workers.is_empty(),
             },
         })
     }
@@ -206,6 +225,7 @@ impl SqlEngine {
             slot,
             aborted: Default::default(),
             cards: self.session.cards.clone(),
+            distributed: self.session.distributed,
         }
     }
 
@@ -351,6 +371,8 @@ pub struct SqlSession {
     aborted: std::sync::atomic::AtomicBool,
     /// Measured join-input counts for the join order (`None`: join reordering is off).
     cards: Option<Arc<Cardinalities>>,
+    /// Queries are spread over worker processes (`EngineOptions::workers`).
+    distributed: bool,
 }
 
 impl std::fmt::Debug for SqlSession {
@@ -663,15 +685,29 @@ impl SqlSession {
                         )));
                     }
                 };
-                let df = self.ctx.execute_logical_plan(LogicalPlan::Dml(dml)).await?;
+                let df = self.exec_ctx().execute_logical_plan(LogicalPlan::Dml(dml)).await?;
                 let n = inserted(&df.collect().await?);
                 Ok(Outcome::Command(format!("{op} {n}")))
             }
             plan => {
                 self.measure_join_inputs(&plan).await;
-                Ok(Outcome::Rows(self.ctx.execute_logical_plan(plan).await?))
+                Ok(Outcome::Rows(self.exec_ctx().execute_logical_plan(plan).await?))
             }
         }
+    }
+
+    /// The context a statement runs in: the session's, or, when queries are spread over
+    /// workers and this session's open transaction has written segments (which its scans
+    /// read and no worker can: they are in no catalog yet), the same without the
+    /// distributed planner, so the statement runs in this process alone.
+    fn exec_ctx(&self) -> SessionContext {
+        if !self.distributed || self.slot.current().is_none_or(|tx| tx.is_empty()) {
+            return self.ctx.clone();
+        }
+        let state = datafusion::execution::SessionStateBuilder::new_from_existing(self.ctx.state())
+            .with_query_planner(Arc::new(LocalPlanner))
+            .build();
+        SessionContext::new_with_state(state)
     }
 
     /// Counts the rows of the filtered dimension scans of `plan`'s joins that the join
@@ -714,7 +750,7 @@ impl SqlSession {
             )?
             .build()?;
         let batches = self
-            .ctx
+            .exec_ctx()
             .execute_logical_plan(counted)
             .await?
             .collect()
@@ -839,7 +875,7 @@ impl SqlSession {
         )?
         .build()?;
         let run = async {
-            let df = self.ctx.execute_logical_plan(insert).await?;
+            let df = self.exec_ctx().execute_logical_plan(insert).await?;
             Ok::<_, TableError>(df.collect().await?)
         };
         match run.await {
