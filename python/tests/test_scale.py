@@ -73,25 +73,31 @@ def test_workers_answer_like_one_process_and_transactions_read_their_own_writes(
     sql(db, "CREATE TABLE t (k BIGINT NOT NULL) ORDER BY (k); "
             "INSERT INTO t SELECT (value * 7919) % 1000003 FROM generate_series(1, 1000000)",
         "--segment-rows", "250000")
-    worker = subprocess.Popen([BIN, "worker", db, "--listen", "127.0.0.1:0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Two workers: a stage of one task runs where it was planned.
+    workers = [subprocess.Popen([BIN, "worker", db, "--listen", "127.0.0.1:0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     try:
-        line = worker.stdout.readline()
-        assert line.startswith("tierdb worker listening on "), line + worker.stderr.read()
-        addr = line.split()[-1]
+        addrs = []
+        for w in workers:
+            line = w.stdout.readline()
+            assert line.startswith("tierdb worker listening on "), line + w.stderr.read()
+            addrs.append(line.split()[-1])
+        spread = ["--workers", ",".join(addrs)]
         q = "SELECT k % 10 AS r, count(*) AS n, sum(k) AS s FROM t GROUP BY k % 10 ORDER BY r"
         alone = tierdb("sql", db, "--format", "csv", "-c", q).stdout
-        assert tierdb("sql", db, "--workers", addr, "--format", "csv", "-c", q).stdout == alone
-        out = tierdb("sql", db, "--workers", addr, "--format", "csv", "-c",
+        assert tierdb("sql", db, *spread, "--format", "csv", "-c", q).stdout == alone
+        out = tierdb("sql", db, *spread, "--format", "csv", "-c",
                      "BEGIN; INSERT INTO t SELECT value FROM generate_series(1, 300000); "
                      "SELECT count(*) FROM t; COMMIT; SELECT count(*) FROM t").stdout
         assert out.count("1300000") == 2, out
     finally:
-        worker.terminate()
-        rest, _ = worker.communicate(timeout=60)
+        for w in workers:
+            w.terminate()
     import json
-    summary = json.loads(rest.strip().splitlines()[-1])
-    assert summary["query_bytes"] > 0, summary
+    for w in workers:
+        rest, _ = w.communicate(timeout=60)
+        summary = json.loads(rest.strip().splitlines()[-1])
+        assert summary["query_bytes"] > 0, summary
 
 
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed (scripts/test.sh installs it)")

@@ -182,7 +182,11 @@ async fn newest_table_commit(
     let database = Database::open(db, &options)
         .await
         .map_err(|e| e.to_string())?;
-    let newest = database.tables().last_commit_ms().await.map_err(|e| e.to_string());
+    let newest = database
+        .tables()
+        .last_commit_ms()
+        .await
+        .map_err(|e| e.to_string());
     let _ = database.close().await;
     newest
 }

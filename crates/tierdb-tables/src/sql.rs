@@ -129,7 +129,7 @@ impl datafusion::execution::context::QueryPlanner for LocalPlanner {
     async fn create_physical_plan(
         &self,
         plan: &LogicalPlan,
-        state: &datafusion::execution::SessionState,
+        state: &dyn datafusion::catalog::Session,
     ) -> datafusion::common::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
         use datafusion::physical_planner::PhysicalPlanner;
         datafusion::physical_planner::DefaultPhysicalPlanner::default()
@@ -685,13 +685,18 @@ impl SqlSession {
                         )));
                     }
                 };
-                let df = self.exec_ctx().execute_logical_plan(LogicalPlan::Dml(dml)).await?;
+                let df = self
+                    .exec_ctx()
+                    .execute_logical_plan(LogicalPlan::Dml(dml))
+                    .await?;
                 let n = inserted(&df.collect().await?);
                 Ok(Outcome::Command(format!("{op} {n}")))
             }
             plan => {
                 self.measure_join_inputs(&plan).await;
-                Ok(Outcome::Rows(self.exec_ctx().execute_logical_plan(plan).await?))
+                Ok(Outcome::Rows(
+                    self.exec_ctx().execute_logical_plan(plan).await?,
+                ))
             }
         }
     }
