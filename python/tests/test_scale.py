@@ -176,11 +176,18 @@ TYPES_TABLE = ("CREATE TABLE m (id BIGINT NOT NULL, name VARCHAR, price DECIMAL(
                "CAST(value % 1000 AS INT) FROM generate_series(1, 20000)")
 
 
-@pytest.mark.parametrize("where", ["local", "minio"])
+@pytest.mark.parametrize("where", ["local", "minio", "minio-write-back"])
 def test_other_engines_read_tables_from_the_bucket(tmp_path, where):
     """Every commit of a table (load, INSERT, UPDATE, DELETE, DROP) reaches its Delta log:
-    DuckDB's delta extension and delta-rs read exactly tierdb's rows from the bucket."""
+    DuckDB's delta extension and delta-rs read exactly tierdb's rows from the bucket (in
+    write-back mode once each process has closed: its versions upload after its segments)."""
     db = str(tmp_path / "db") if where == "local" else minio_url("delta")
+    tiers = ["--cache-dir", tmp_path / "cache", "--cache-bytes", "64MiB", "--write-mode", "write-back"] \
+        if where == "minio-write-back" else []
+
+    def sql(db, statements, *extra):
+        return tierdb("sql", db, "--create", "--format", "csv", "-c", statements, *extra, *tiers)
+
     # DuckDB's delta_scan on MinIO would need its httpfs extension and a secret: delta-rs
     # reads MinIO here, both read the local directory.
     engines = "duckdb,deltalake" if where == "local" else "deltalake"

@@ -226,13 +226,20 @@ impl DeltaLogs {
     /// Brings the log of `def` to `segments` (its segments in the catalog just committed;
     /// none when it was dropped). Called under the catalog's commit lock, so versions follow
     /// catalog commits in order.
+    ///
+    /// Each version is a create-if-absent put. In write-back mode, once this process has
+    /// written a version of a log directly (which claims it), later versions go through the
+    /// write-back log like the segments before them (`TieredStore::log_creates_in`): a
+    /// commit then does not wait for the segments' upload, and the upload keeps the order
+    /// segments, then the version naming them.
     pub async fn publish(
         &self,
-        store: &dyn ObjectStore,
+        tiered: &tierdb_store::TieredStore,
         root: &str,
         def: &TableDef,
         segments: &[SegmentMeta],
     ) -> Result<()> {
+        let store: &dyn ObjectStore = tiered;
         let mut states = self.states.lock().await;
         let dir = table_root(root, def.id);
         for _ in 0..3 {
@@ -243,6 +250,7 @@ impl DeltaLogs {
             match append(store, root, def, &state, segments).await? {
                 Some(next) => {
                     states.insert(def.id, next);
+                    tiered.log_creates_in(&Path::from(format!("{dir}/_delta_log")));
                     return Ok(());
                 }
                 None => {

@@ -186,7 +186,7 @@ impl Tables {
     async fn publish_delta(&self, def: &TableDef, segments: &[SegmentMeta]) {
         if let Err(e) = self
             .delta
-            .publish(self.store.as_ref(), &self.root, def, segments)
+            .publish(&self.tiered, &self.root, def, segments)
             .await
         {
             tracing::warn!(table = %def.name, error = %e,
