@@ -5,8 +5,8 @@
 # package into it with maturin (not with --deps-only: for scripts that build it themselves,
 # in release, or do not need it). Prints the venv's python path last.
 # Beside it, ~/.cache/tierdb/venv-readers holds the engines that read tierdb tables as Delta
-# tables from the bucket (python/tests/external_readers.py): DuckDB 1.5.5 with the delta
-# extension its pip package ships (loaded by path: nothing is downloaded at run time), and
+# tables from the bucket (python/tests/external_readers.py): DuckDB 1.5.5 with the delta and
+# httpfs extensions their pip packages ship (loaded by path: nothing is downloaded at run time), and
 # `deltalake` (delta-rs). A venv of its own: the SQL comparison keeps its DuckDB version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,7 @@ if [ ! -x "$READERS/bin/python" ]; then
   python3 -m venv "$READERS"
 fi
 "$READERS/bin/pip" install -q --disable-pip-version-check duckdb==1.5.5 duckdb-extension-delta==1.5.5 \
+  duckdb-extension-httpfs==1.5.5 \
   "deltalake>=1.6,<2" pyarrow
 if [ "${1:-}" != "--deps-only" ]; then
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}

@@ -2,8 +2,8 @@
 every row with what tierdb answered (a CSV file with a header).
 
 Runs in the readers' environment (scripts/python-env.sh makes it: duckdb 1.5.5 with its
-delta extension loaded from the pip package by path, offline, and `deltalake`, delta-rs's
-Python package). Exits 1 if an engine's rows differ; prints one line per engine.
+delta and httpfs extensions loaded from their pip packages by path, offline, and
+`deltalake`, delta-rs's Python package). Exits 1 if an engine's rows differ; prints one line per engine.
 
   external_readers.py TABLE_URI EXPECTED.csv [--engines duckdb,deltalake]
 
@@ -52,14 +52,29 @@ def s3_options():
     }
 
 
+def load_extension(con, package, name):
+    """LOADs the extension a pip package ships, by path (nothing is downloaded)."""
+    import duckdb
+    module = __import__(package)
+    ext = next(Path(module.__file__).parent.glob(f"extensions/v{duckdb.__version__}/{name}.duckdb_extension"))
+    con.execute(f"LOAD '{ext}'")
+
+
 def read_duckdb(uri):
     import duckdb
-    import duckdb_extension_delta
-    ext = next(Path(duckdb_extension_delta.__file__).parent.glob(f"extensions/v{duckdb.__version__}/delta.duckdb_extension"))
     con = duckdb.connect(config={"allow_unsigned_extensions": "true", "autoinstall_known_extensions": "false",
                                  "autoload_known_extensions": "false"})
-    con.execute(f"LOAD '{ext}'")
-    return rows_of(con.execute(f"SELECT * FROM delta_scan('{uri}')").fetch_arrow_table())
+    if uri.startswith("s3://"):
+        load_extension(con, "duckdb_extension_httpfs", "httpfs")
+        endpoint = os.environ["AWS_ENDPOINT_URL"].split("://", 1)
+        con.execute(f"""CREATE SECRET minio (TYPE s3, KEY_ID '{os.environ["AWS_ACCESS_KEY_ID"]}',
+            SECRET '{os.environ["AWS_SECRET_ACCESS_KEY"]}', REGION '{os.environ.get("AWS_REGION", "us-east-1")}',
+            ENDPOINT '{endpoint[1]}', URL_STYLE 'path', USE_SSL {str(endpoint[0] == "https").lower()})""")
+    load_extension(con, "duckdb_extension_delta", "delta")
+    try:
+        return rows_of(con.execute(f"SELECT * FROM delta_scan('{uri}')").to_arrow_table())
+    finally:
+        con.close()
 
 
 def read_deltalake(uri):
