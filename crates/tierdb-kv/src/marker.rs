@@ -64,6 +64,27 @@ pub(crate) fn store_err(name: &str, e: object_store::Error) -> KvError {
 
 /// Reads the marker of `db`: `Ok(None)` if the prefix is empty.
 pub async fn read(store: &dyn ObjectStore, db: &Path, name: &str) -> Result<Option<Marker>> {
+    if let Some(marker) = get(store, db, name).await? {
+        return Ok(Some(marker));
+    }
+    let mut listing = store.list(Some(db));
+    match listing.next().await {
+        None => Ok(None),
+        Some(Err(e)) => Err(store_err(name, e)),
+        // Objects but no marker a moment ago: a process creating the database may have
+        // written its marker (always its first object) in between. Read it once more.
+        Some(Ok(meta)) => match get(store, db, name).await? {
+            Some(marker) => Ok(Some(marker)),
+            None => Err(KvError::NotTierdb {
+                db: name.to_string(),
+                example: meta.location.to_string(),
+            }),
+        },
+    }
+}
+
+/// The marker of `db`, `None` if it has none.
+async fn get(store: &dyn ObjectStore, db: &Path, name: &str) -> Result<Option<Marker>> {
     let name = name.to_string();
     match store.get(&marker_path(db)).await {
         Ok(got) => {
@@ -88,17 +109,7 @@ pub async fn read(store: &dyn ObjectStore, db: &Path, name: &str) -> Result<Opti
             }
             Ok(Some(marker))
         }
-        Err(object_store::Error::NotFound { .. }) => {
-            let mut listing = store.list(Some(db));
-            match listing.next().await {
-                None => Ok(None),
-                Some(Ok(meta)) => Err(KvError::NotTierdb {
-                    db: name,
-                    example: meta.location.to_string(),
-                }),
-                Some(Err(e)) => Err(store_err(&name, e)),
-            }
-        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
         Err(e) => Err(store_err(&name, e)),
     }
 }
