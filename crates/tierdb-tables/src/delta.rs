@@ -46,11 +46,11 @@ pub fn is_log_file(path: &str) -> bool {
 
 /// What the log's last version holds, as this process last read or wrote it.
 #[derive(Debug, Clone, Default)]
-pub struct LogState {
+struct LogState {
     /// The last version, if the log has any.
-    pub version: Option<u64>,
+    version: Option<u64>,
     /// Files (relative to the table directory) of that version.
-    pub files: BTreeSet<String>,
+    files: BTreeSet<String>,
 }
 
 fn version_path(dir: &str, version: u64) -> Path {
@@ -82,7 +82,7 @@ fn schema_string(def: &TableDef) -> String {
 }
 
 /// Reads the log of the table at `dir`: every version in order, replayed.
-pub async fn read_log(store: &dyn ObjectStore, dir: &str) -> Result<LogState> {
+async fn read_log(store: &dyn ObjectStore, dir: &str) -> Result<LogState> {
     let prefix = Path::from(format!("{dir}/_delta_log"));
     let mut versions: Vec<(u64, Path)> = store
         .list(Some(&prefix))

@@ -257,10 +257,9 @@ impl WorkerPlanRewriteHandler for CachedFooters {
     }
 }
 
-/// A worker's process-wide state: the tables it follows and its DataFusion runtime.
+/// A worker's process-wide state: its DataFusion runtime, reading the tables it follows.
 #[derive(Debug)]
 pub struct WorkerService {
-    tables: Arc<Tables>,
     runtime: Arc<RuntimeEnv>,
 }
 
@@ -277,11 +276,7 @@ impl WorkerService {
             )));
         let url = Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
         runtime.register_object_store(&url, Arc::new(store));
-        Ok(WorkerService { tables, runtime })
-    }
-
-    pub fn tables(&self) -> &Arc<Tables> {
-        &self.tables
+        Ok(WorkerService { runtime })
     }
 
     /// Serves plan stages on `listener` until `shutdown` completes.

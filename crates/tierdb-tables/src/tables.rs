@@ -142,7 +142,7 @@ impl Tables {
         let Some(table) = table else {
             return Ok(None);
         };
-        Ok(crate::catalog::segments(self.reader.as_ref(), table)
+        Ok(catalog::segments(self.reader.as_ref(), table)
             .await?
             .into_iter()
             .find(|s| s.path == path))
