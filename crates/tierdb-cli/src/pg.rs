@@ -395,6 +395,29 @@ impl ConnState {
         Ok(session)
     }
 
+    /// The one statement of an extended-protocol Parse; refused in an aborted transaction
+    /// unless it ends the transaction.
+    async fn parse_one(&self, session: &SqlSession, sql: &str) -> PgWireResult<Option<Statement>> {
+        let mut statements = self.parse(sql)?;
+        if statements.len() > 1 {
+            return Err(user_error(
+                "42601",
+                "cannot insert multiple commands into a prepared statement".into(),
+            ));
+        }
+        let Some(stmt) = statements.pop() else {
+            return Ok(None);
+        };
+        let ends = matches!(
+            StatementKind::of(&DfStatement::Statement(Box::new(stmt.clone()))),
+            StatementKind::Commit | StatementKind::Rollback | StatementKind::RollbackTo
+        );
+        if session.is_aborted() && !ends {
+            return Err(aborted());
+        }
+        Ok(Some(stmt))
+    }
+
     /// Splits a query string into statements: PostgreSQL's syntax first (with the
     /// rewrites that map it onto DataFusion), then tierdb's own (CREATE TABLE … ORDER BY,
     /// PARTITION BY), whose syntax errors are the ones reported.
@@ -852,17 +875,17 @@ impl QueryParser for ConnState {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let mut statements = self.parse(sql)?;
-        if statements.len() > 1 {
-            return Err(user_error(
-                "42601",
-                "cannot insert multiple commands into a prepared statement".into(),
-            ));
+        let session = self.session().await?;
+        // A Parse that fails inside a transaction aborts it, as any failed statement does
+        // (PostgreSQL: exec_parse_message); in an aborted transaction only COMMIT and
+        // ROLLBACK may be parsed.
+        let parsed = self.parse_one(&session, sql).await;
+        if parsed.is_err() {
+            session.fail();
         }
-        let Some(stmt) = statements.pop() else {
+        let Some(stmt) = parsed? else {
             return Ok(None);
         };
-        let session = self.session().await?;
         let plan = if is_set_or_show(&stmt)
             || matches!(
                 stmt,
@@ -870,10 +893,16 @@ impl QueryParser for ConnState {
             ) {
             None
         } else {
-            session
+            match session
                 .plan(&DfStatement::Statement(Box::new(stmt.clone())))
                 .await
-                .map_err(|e| table_error(&e))?
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    session.fail();
+                    return Err(table_error(&e));
+                }
+            }
         };
         Ok(Some(Prepared {
             stmt,
@@ -1487,8 +1516,11 @@ fn copy_out_stream(
     opts: CopyOptions,
     header: Option<String>,
 ) -> impl futures::Stream<Item = PgWireResult<CopyData>> + Send + 'static {
-    let header =
-        futures::stream::iter(header.map(|h| Ok(CopyData::new(Bytes::from(format!("{h}\n"))))));
+    // pgwire counts CopyData messages for the `COPY n` tag, so the header line travels in
+    // the first row's message, not in one of its own (with no rows at all it goes alone
+    // and the tag says 1: a known limit of counting messages).
+    let header = Arc::new(std::sync::Mutex::new(header.map(|h| format!("{h}\n"))));
+    let leftover = header.clone();
     let rows = stream.flat_map(move |batch| {
         let messages: Vec<PgWireResult<CopyData>> = match batch {
             Err(e) => vec![Err(table_error(&TableError::from(e)))],
@@ -1518,7 +1550,12 @@ fn copy_out_stream(
                                     }
                                 })
                                 .collect();
-                            let mut line = fields.join(&(opts.delimiter as char).to_string());
+                            let mut line = header
+                                .lock()
+                                .ok()
+                                .and_then(|mut h| h.take())
+                                .unwrap_or_default();
+                            line.push_str(&fields.join(&(opts.delimiter as char).to_string()));
                             line.push('\n');
                             Ok(CopyData::new(Bytes::from(line)))
                         })
@@ -1528,7 +1565,10 @@ fn copy_out_stream(
         };
         futures::stream::iter(messages)
     });
-    header.chain(rows)
+    let rest =
+        futures::stream::once(async move { leftover.lock().ok().and_then(|mut h| h.take()) })
+            .filter_map(|h| async move { h.map(|h| Ok(CopyData::new(Bytes::from(h)))) });
+    rows.chain(rest)
 }
 
 /// A value's text as PostgreSQL writes it (booleans as `t`/`f`).

@@ -143,6 +143,12 @@ impl TableDef {
 
     /// Checks names and keys; `columns` come from the user.
     pub fn validate(&self) -> Result<()> {
+        if self.name.starts_with("__tierdb_") {
+            return Err(TableError::Schema(format!(
+                "table name {}: names starting with __tierdb_ are reserved; choose another",
+                self.name
+            )));
+        }
         if self.columns.is_empty() {
             return Err(TableError::Schema(format!(
                 "table {} has no columns",

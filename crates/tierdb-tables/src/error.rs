@@ -52,6 +52,10 @@ pub enum TableError {
     #[error("could not serialize access: {0}")]
     Conflict(String),
 
+    /// A statement or form tierdb does not support (SQLSTATE 0A000); nothing was changed.
+    #[error("{0}")]
+    Unsupported(String),
+
     /// A statement that the transaction state does not allow (SQLSTATE `code`).
     #[error("{message}")]
     Transaction { code: &'static str, message: String },
@@ -78,7 +82,7 @@ impl TableError {
             TableError::Parquet(_) => ErrorKind::Data,
             TableError::Io(_) => ErrorKind::Retry,
             TableError::Conflict(_) => ErrorKind::Conflict,
-            TableError::Transaction { .. } => ErrorKind::Input,
+            TableError::Transaction { .. } | TableError::Unsupported(_) => ErrorKind::Input,
         }
     }
 
@@ -93,6 +97,7 @@ impl TableError {
             TableError::Import(_) => "22000",       // data_exception
             TableError::DataFusion(e) => datafusion_sqlstate(e),
             TableError::Transaction { code, .. } => code,
+            TableError::Unsupported(_) => "0A000", // feature_not_supported
             _ => match self.kind() {
                 ErrorKind::Input => "22000",
                 ErrorKind::NotFound => "42P01",
@@ -185,6 +190,14 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         }
         DataFusionError::Shared(e) => datafusion_sqlstate(e),
         DataFusionError::Internal(_) => "XX000",
+        DataFusionError::ArrowError(a, _)
+            if matches!(
+                a.as_ref(),
+                datafusion::arrow::error::ArrowError::DivideByZero
+            ) =>
+        {
+            "22012" // division_by_zero
+        }
         _ => match datafusion_kind(e) {
             ErrorKind::Data => "XX001",
             ErrorKind::Retry => "58030",

@@ -129,10 +129,6 @@ impl TierTable {
         &self.def
     }
 
-    pub(crate) fn tables(&self) -> &Arc<Tables> {
-        &self.tables
-    }
-
     /// The table's segments as the session's transaction (if any) sees them.
     pub(crate) fn visible(&self, state: &dyn Session) -> Vec<SegmentMeta> {
         match crate::txn::current(state.config()) {
@@ -362,23 +358,32 @@ impl TableProvider for TierTable {
         self.segments_exec(state, kept, partitions, projection, predicate, limit)
     }
 
+    // UPDATE and DELETE never come here: DataFusion's DML planning hands a provider only
+    // the filters it could lift off the plan (subqueries and joins are dropped), which
+    // would change rows the statement did not name. The session runs them (`dml`).
     async fn delete_from(
         &self,
-        state: &dyn Session,
-        filters: Vec<Expr>,
+        _state: &dyn Session,
+        _filters: Vec<Expr>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let n = crate::dml::rewrite(self, state, filters, None).await?;
-        crate::dml::count_exec(n)
+        Err(DataFusionError::NotImplemented(
+            "DELETE through this path (e.g. EXPLAIN ANALYZE DELETE) is not supported; \
+             run the DELETE itself"
+                .into(),
+        ))
     }
 
     async fn update(
         &self,
-        state: &dyn Session,
-        assignments: Vec<(String, Expr)>,
-        filters: Vec<Expr>,
+        _state: &dyn Session,
+        _assignments: Vec<(String, Expr)>,
+        _filters: Vec<Expr>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let n = crate::dml::rewrite(self, state, filters, Some(assignments)).await?;
-        crate::dml::count_exec(n)
+        Err(DataFusionError::NotImplemented(
+            "UPDATE through this path (e.g. EXPLAIN ANALYZE UPDATE) is not supported; \
+             run the UPDATE itself"
+                .into(),
+        ))
     }
 
     async fn insert_into(
@@ -501,11 +506,19 @@ impl SchemaProvider for TierSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        // The reserved name of a table's row-id view, which UPDATE and DELETE read.
+        let (rows_of, name) = match name.strip_prefix(crate::dml::ROWS_PREFIX) {
+            Some(table) => (true, table),
+            None => (false, name),
+        };
         let Some(def) = self.tables.table(name).await? else {
             return Ok(None);
         };
         let options = *self.options.read();
         let t = TierTable::load(self.tables.clone(), def, self.counters.clone(), options).await?;
+        if rows_of {
+            return Ok(Some(Arc::new(crate::dml::RowIdTable::new(t))));
+        }
         Ok(Some(Arc::new(t)))
     }
 

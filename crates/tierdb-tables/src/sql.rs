@@ -586,6 +586,9 @@ impl SqlSession {
         self.schema.refresh().await?;
         let state = self.ctx.state();
         self.require_tables(&state, stmt)?;
+        if crate::dml::is_update_or_delete(stmt) {
+            return Ok(Some(crate::dml::plan(&state, &self.tables, stmt).await?));
+        }
         Ok(Some(state.statement_to_plan(stmt.clone()).await?))
     }
 
@@ -636,6 +639,18 @@ impl SqlSession {
             _ => {}
         }
         self.schema.refresh().await?;
+        if crate::dml::is_update_or_delete(&stmt) {
+            let state = self.ctx.state();
+            let plan = match plan {
+                Some(p) => p,
+                None => {
+                    self.require_tables(&state, &stmt)?;
+                    crate::dml::plan(&state, &self.tables, &stmt).await?
+                }
+            };
+            let n = crate::dml::execute(&self.local_ctx(), &self.tables, &stmt, plan).await?;
+            return Ok(Outcome::Command(format!("{} {n}", crate::dml::verb(&stmt))));
+        }
         let mut keys = None;
         if let DfStatement::Statement(s) = &mut stmt
             && let SqlStatement::CreateTable(ct) = s.as_mut()
@@ -677,8 +692,6 @@ impl SqlSession {
             LogicalPlan::Dml(dml) => {
                 let op = match &dml.op {
                     WriteOp::Insert(_) => "INSERT 0",
-                    WriteOp::Update => "UPDATE",
-                    WriteOp::Delete => "DELETE",
                     other => {
                         return Err(TableError::Schema(format!(
                             "{other} is not supported: use INSERT, UPDATE or DELETE"
@@ -707,6 +720,14 @@ impl SqlSession {
     /// distributed planner, so the statement runs in this process alone.
     fn exec_ctx(&self) -> SessionContext {
         if !self.distributed || self.slot.current().is_none_or(|tx| tx.is_empty()) {
+            return self.ctx.clone();
+        }
+        self.local_ctx()
+    }
+
+    /// The session's context without the distributed planner: everything runs here.
+    fn local_ctx(&self) -> SessionContext {
+        if !self.distributed {
             return self.ctx.clone();
         }
         let state = datafusion::execution::SessionStateBuilder::new_from_existing(self.ctx.state())
@@ -792,6 +813,9 @@ impl SqlSession {
             return Ok(());
         }
         for r in state.resolve_table_references(stmt)? {
+            if r.table().starts_with(crate::dml::ROWS_PREFIX) {
+                return Err(TableError::NoTable(r.table().to_string()));
+            }
             let ours = r.catalog().is_none_or(|c| c == CATALOG)
                 && r.schema().is_none_or(|s| s == SCHEMA)
                 && !state.table_functions().contains_key(r.table());

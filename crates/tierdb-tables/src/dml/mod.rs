@@ -1,0 +1,379 @@
+//! UPDATE and DELETE: copy-on-write at segment granularity, of exactly the rows a query
+//! names.
+//!
+//! A statement runs in three steps:
+//!
+//! 1. **Which rows** (`target.rs`, `rowid.rs`): the statement becomes a query over the
+//!    target table's row-id view, planned and run by DataFusion like any query, so every
+//!    WHERE it can plan (subqueries with IN, EXISTS, scalar subqueries, correlated ones,
+//!    joins through USING / FROM) decides the rows, and nothing else does. Each result row
+//!    names a stored row by (segment, position); UPDATE's rows also carry the new values,
+//!    cast to the column types. A row named twice (UPDATE … FROM with several matches) is
+//!    changed once, with the first values seen, as PostgreSQL does.
+//! 2. **Rewrite** (here): each segment with a named row is read again, whole and in file
+//!    order (the same stream as in step 1, so positions agree), without the named rows;
+//!    UPDATE adds their new versions and sorts the segment again by the table's ingest
+//!    order. A segment whose every row is deleted is dropped without being read.
+//! 3. **Commit**: the new segments and the removal of the old ones go in one atomic catalog
+//!    commit, or into the session's transaction; a reader sees the table before or after,
+//!    never half of it. A concurrent commit that rewrote one of the same segments first
+//!    makes this one fail with 40001, nothing committed (`Tables::commit_writes`). The old
+//!    files are retired, not deleted: readers that planned before the commit may still be
+//!    reading them (VACUUM deletes them later).
+//!
+//! Nothing is written before step 1 has finished without error, and a failure in step 2
+//! deletes what it wrote: a failed statement changes nothing.
+//!
+//! DataFusion's own DML path (`TableProvider::delete_from` / `update`, which receive only
+//! the filters it could lift off the plan and drop subqueries and joins) is never used:
+//! [`crate::provider::TierTable`] refuses it.
+
+mod rowid;
+mod target;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, RecordBatch, UInt32Array, UInt64Array};
+use datafusion::arrow::compute::{cast, take_record_batch};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::common::Column;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::datasource::{TableProvider, source_as_provider};
+use datafusion::execution::context::SessionState;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Projection};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DfStatement;
+use futures::StreamExt;
+
+pub(crate) use rowid::RowIdTable;
+use target::{DmlKind, DmlTarget};
+pub(crate) use target::{ROWS_PREFIX, is_update_or_delete};
+
+use crate::catalog::{SegmentMeta, TableDef};
+use crate::error::{Result, TableError};
+use crate::tables::{PendingWrite, Tables};
+use crate::write::{sorted_plan, write_plan, write_stream};
+
+/// The command tag's verb of an UPDATE or DELETE.
+pub(crate) fn verb(stmt: &DfStatement) -> &'static str {
+    match DmlTarget::parse(stmt) {
+        Ok(Some(t)) if t.kind == DmlKind::Update => "UPDATE",
+        _ => "DELETE",
+    }
+}
+
+/// The query naming the rows `stmt` changes (step 1), parameters (`$1`…) still in it.
+pub(crate) async fn plan(
+    state: &SessionState,
+    tables: &Tables,
+    stmt: &DfStatement,
+) -> Result<LogicalPlan> {
+    let target = DmlTarget::parse(stmt)?
+        .ok_or_else(|| TableError::Schema("not an UPDATE or DELETE".into()))?;
+    let def = tables.require(&target.table).await?;
+    let columns: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
+    let select = target.select(&columns)?;
+    let plan = state
+        .statement_to_plan(DfStatement::Statement(Box::new(select)))
+        .await?;
+    match target.kind {
+        DmlKind::Delete => Ok(plan),
+        DmlKind::Update => typed(plan, &def),
+    }
+}
+
+/// UPDATE's query with the new values cast to the column types; a bare parameter
+/// (`SET c = $1`) takes its column's type, as in DataFusion's own UPDATE planning.
+fn typed(plan: LogicalPlan, def: &TableDef) -> Result<LogicalPlan> {
+    let plan = match plan {
+        LogicalPlan::Projection(p) => {
+            let mut exprs = p.expr.clone();
+            for (e, c) in exprs.iter_mut().skip(2).zip(&def.columns) {
+                if let Expr::Alias(a) = e
+                    && let Expr::Placeholder(ph) = a.expr.as_mut()
+                    && ph.field.is_none()
+                {
+                    ph.field = Some(Arc::new(Field::new(&c.name, c.ty.arrow(), true)));
+                }
+            }
+            LogicalPlan::Projection(Projection::try_new(exprs, p.input.clone())?)
+        }
+        other => other,
+    };
+    let schema = plan.schema().clone();
+    let mut exprs = Vec::with_capacity(def.columns.len() + 2);
+    for i in 0..2 {
+        exprs.push(Expr::Column(Column::from(schema.qualified_field(i))));
+    }
+    for (i, c) in def.columns.iter().enumerate() {
+        let e = Expr::Column(Column::from(schema.qualified_field(i + 2)));
+        exprs.push(e.cast_to(&c.ty.arrow(), &schema)?.alias(&c.name));
+    }
+    Ok(LogicalPlan::Projection(Projection::try_new(
+        exprs,
+        Arc::new(plan),
+    )?))
+}
+
+/// Runs an UPDATE or DELETE whose query `plan` came from [`plan`] (parameters bound), in
+/// `ctx` (this process alone: the row-id view cannot run on a worker). Returns how many
+/// rows it changed.
+pub(crate) async fn execute(
+    ctx: &SessionContext,
+    tables: &Arc<Tables>,
+    stmt: &DfStatement,
+    plan: LogicalPlan,
+) -> Result<u64> {
+    if tables.is_read_only() {
+        return Err(TableError::ReadOnly {
+            db: tables.name().to_string(),
+        });
+    }
+    let kind = match DmlTarget::parse(stmt)? {
+        Some(t) => t.kind,
+        None => return Err(TableError::Schema("not an UPDATE or DELETE".into())),
+    };
+    let provider = rowid_provider(&plan)?;
+    let view = provider
+        .downcast_ref::<RowIdTable>()
+        .ok_or_else(|| TableError::Schema("the DML query lost its target".into()))?;
+    let def = view.table().def().clone();
+    // Step 1: which rows.
+    let stream = ctx
+        .execute_logical_plan(plan)
+        .await?
+        .execute_stream()
+        .await?;
+    let mut named = Named::collect(stream, &def, kind).await?;
+    let Some(segments) = view.segments() else {
+        return Ok(0); // the query never scanned: no row qualifies
+    };
+    if named.count == 0 {
+        return Ok(0);
+    }
+    // Step 2: rewrite each segment with a named row.
+    let state = ctx.state();
+    let task = ctx.task_ctx();
+    let mut written: Vec<SegmentMeta> = Vec::new();
+    let mut removed = Vec::new();
+    for (index, positions) in std::mem::take(&mut named.positions) {
+        let Some(seg) = segments.get(index as usize) else {
+            tables.discard(&written).await;
+            return Err(TableError::Schema(format!(
+                "the DML query named segment {index} of {}",
+                segments.len()
+            )));
+        };
+        let new_rows = named.rows.remove(&index).unwrap_or_default();
+        if kind == DmlKind::Delete && positions.len() as u64 == seg.rows {
+            removed.push(seg.clone()); // every row goes: nothing to read
+            continue;
+        }
+        let r = rewrite(
+            view,
+            &state,
+            task.clone(),
+            tables,
+            seg,
+            index,
+            positions,
+            new_rows,
+        )
+        .await;
+        match r {
+            Ok(segs) => written.extend(segs),
+            Err(e) => {
+                tables.discard(&written).await;
+                return Err(e);
+            }
+        }
+        removed.push(seg.clone());
+    }
+    // Step 3: commit.
+    let write = PendingWrite {
+        table: def,
+        segments: written,
+        replace: false,
+        removed,
+    };
+    match crate::txn::current(state.config()) {
+        Some(tx) => tx.push(write),
+        // On failure commit_writes deletes the new files if nothing was committed.
+        None => {
+            tables.commit_writes(vec![write]).await?;
+        }
+    }
+    Ok(named.count)
+}
+
+/// The row-id view the query reads (the one scan of the reserved name).
+fn rowid_provider(plan: &LogicalPlan) -> Result<Arc<dyn TableProvider>> {
+    let mut found = None;
+    plan.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Ok(p) = source_as_provider(&scan.source)
+            && p.downcast_ref::<RowIdTable>().is_some()
+        {
+            found = Some(p);
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    found.ok_or_else(|| TableError::Schema("the DML query lost its target".into()))
+}
+
+/// The rows step 1 named.
+struct Named {
+    /// Per segment index: the named positions, sorted and distinct.
+    positions: BTreeMap<u32, Vec<u64>>,
+    /// UPDATE, per segment index: the new versions of its named rows (table columns).
+    rows: BTreeMap<u32, Vec<RecordBatch>>,
+    count: u64,
+}
+
+impl Named {
+    async fn collect(
+        mut stream: SendableRecordBatchStream,
+        def: &TableDef,
+        kind: DmlKind,
+    ) -> Result<Self> {
+        let schema = nullable(def);
+        let mut seen: HashSet<(u32, u64)> = HashSet::new();
+        let mut positions: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        let mut rows: BTreeMap<u32, Vec<RecordBatch>> = BTreeMap::new();
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let (Some(segs), Some(pos)) = (
+                batch.column(0).as_any().downcast_ref::<UInt32Array>(),
+                batch.column(1).as_any().downcast_ref::<UInt64Array>(),
+            ) else {
+                return Err(TableError::Schema("the DML query lost its row ids".into()));
+            };
+            // Per segment, the rows of this batch that name a row not named before.
+            let mut firsts: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+            for i in 0..batch.num_rows() {
+                let (s, p) = (segs.value(i), pos.value(i));
+                if seen.insert((s, p)) {
+                    positions.entry(s).or_default().push(p);
+                    firsts.entry(s).or_default().push(i as u32);
+                }
+            }
+            if kind == DmlKind::Update {
+                let values = batch.project(&(2..batch.num_columns()).collect::<Vec<_>>())?;
+                for (s, idx) in firsts {
+                    let taken = take_record_batch(&values, &UInt32Array::from(idx))?;
+                    rows.entry(s).or_default().push(conform(taken, &schema)?);
+                }
+            }
+        }
+        for p in positions.values_mut() {
+            p.sort_unstable();
+        }
+        Ok(Named {
+            positions,
+            rows,
+            count: seen.len() as u64,
+        })
+    }
+}
+
+/// The table's schema with every column nullable: what rows are carried as until the write
+/// path checks NOT NULL (`write::conform`, which names the column).
+fn nullable(def: &TableDef) -> SchemaRef {
+    let schema = def.schema();
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// `batch`'s columns with `schema`'s types.
+fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (a, f) in batch.columns().iter().zip(schema.fields()) {
+        columns.push(if a.data_type() == f.data_type() {
+            a.clone()
+        } else {
+            cast(a, f.data_type())?
+        });
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// Step 2 for one segment: its rows without those at `positions`, plus (UPDATE) `new_rows`,
+/// written as new segments (not committed).
+#[allow(clippy::too_many_arguments)]
+async fn rewrite(
+    view: &RowIdTable,
+    state: &SessionState,
+    task: Arc<TaskContext>,
+    tables: &Tables,
+    seg: &SegmentMeta,
+    index: u32,
+    positions: Vec<u64>,
+    new_rows: Vec<RecordBatch>,
+) -> Result<Vec<SegmentMeta>> {
+    let def = view.table().def();
+    let schema = nullable(def);
+    let all: Vec<usize> = (0..def.columns.len()).collect();
+    let exec = view
+        .table()
+        .segments_exec(state, vec![seg], 1, Some(&all), None, None)?;
+    let kept = rowid::SegmentRows {
+        exec,
+        segment: seg.clone(),
+        index,
+        layout: all.iter().map(|&i| rowid::Slot::Column(i)).collect(),
+        schema: schema.clone(),
+        drop: Some(Arc::new(positions)),
+    };
+    if new_rows.is_empty() {
+        // DELETE: the rows left keep their order.
+        return write_stream(tables, def, kept.execute(task), &|_| {}).await;
+    }
+    let parts: Vec<Arc<dyn PartitionStream>> = vec![
+        Arc::new(kept),
+        Arc::new(Batches {
+            schema: schema.clone(),
+            batches: new_rows,
+        }),
+    ];
+    let plan: Arc<dyn ExecutionPlan> = Arc::new(StreamingTableExec::try_new(
+        schema,
+        parts,
+        None,
+        Vec::new(),
+        false,
+        None,
+    )?);
+    write_plan(tables, def, sorted_plan(def, plan)?, task, &|_| {}).await
+}
+
+/// Rows already in memory, as a partition.
+#[derive(Debug)]
+struct Batches {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+}
+
+impl PartitionStream for Batches {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let batches: Vec<_> = self.batches.iter().cloned().map(Ok).collect();
+        Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            futures::stream::iter(batches),
+        ))
+    }
+}
