@@ -51,6 +51,13 @@ if ! command -v psql >/dev/null; then
 fi
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 1500 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_sql.py")
+echo "== SQL against the oracle: the differential tester vs PostgreSQL 15 (fixed seed, 60 rounds) and its kept regression cases"
+source scripts/postgres.sh
+postgres_install
+PYTHONPATH="$ROOT/python" timeout 900 "$PY" -m sqlcheck.run --tierdb "$CARGO_TARGET_DIR/debug/tierdb" \
+  --replay "$ROOT/python/sqlcheck/regressions"
+PYTHONPATH="$ROOT/python" timeout 900 "$PY" -m sqlcheck.run --tierdb "$CARGO_TARGET_DIR/debug/tierdb" \
+  --seed 20261124 --max-rounds 60 --minutes 10 --max-mismatches 1 --keep "$ZT/sqlcheck-failures"
 echo "== tierdb serve with PostgreSQL clients: psycopg 3, psycopg2, SQLAlchemy, pandas, asyncpg, psql; bad input, SIGKILL during COMMIT, TLS, VACUUM (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_pg.py")

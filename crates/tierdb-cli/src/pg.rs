@@ -1003,7 +1003,7 @@ impl ExtendedQueryHandler for Extended {
         let this = &self.0;
         let prepared = &portal.statement.statement;
         let stmt = prepared.stmt.clone();
-        let Some(_) = &prepared.plan else {
+        let Some(described) = &prepared.plan else {
             if !portal.parameters.is_empty() {
                 return Err(user_error(
                     "08P01",
@@ -1026,6 +1026,18 @@ impl ExtendedQueryHandler for Extended {
             .plan(&DfStatement::Statement(Box::new(stmt.clone())))
             .await
         {
+            // The client decodes rows by the description it got at Parse: a plan whose
+            // columns changed since (a table dropped and created again) must not send rows
+            // of another shape (PostgreSQL: 0A000, "cached plan must not change result type").
+            Ok(Some(p)) if !same_columns(p.schema(), described.schema()) => {
+                session.fail();
+                return Err(user_error(
+                    "0A000",
+                    "cached plan must not change result type (a table it reads changed; \
+                     prepare the statement again)"
+                        .into(),
+                ));
+            }
             Ok(Some(p)) => p,
             Ok(None) => {
                 return this
@@ -1069,6 +1081,15 @@ impl ExtendedQueryHandler for Extended {
         this.run(client, stmt, Some(plan), &portal.result_column_format)
             .await
     }
+}
+
+/// Whether two plans return the same columns (names and types) in the same order.
+fn same_columns(a: &datafusion::common::DFSchemaRef, b: &datafusion::common::DFSchemaRef) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields()
+            .iter()
+            .zip(b.fields())
+            .all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
 }
 
 /// The portal's parameter values as the types the plan infers for them. A value the

@@ -289,11 +289,16 @@ impl WorkerService {
         let builder = move |ctx: WorkerQueryContext| {
             let runtime = runtime.clone();
             async move {
-                Ok(ctx
+                let mut state = ctx
                     .builder
                     .with_runtime_env(runtime.clone())
                     .with_distributed_worker_plan_rewrite_handler(CachedFooters { runtime })
-                    .build())
+                    .build();
+                // Plans name tierdb's checked arithmetic (`checked.rs`).
+                for f in crate::checked::functions() {
+                    datafusion::execution::FunctionRegistry::register_udf(&mut state, f)?;
+                }
+                Ok(state)
             }
         };
         let worker = Worker::from_session_builder(builder).with_runtime_env(self.runtime.clone());

@@ -190,14 +190,16 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         }
         DataFusionError::Shared(e) => datafusion_sqlstate(e),
         DataFusionError::Internal(_) => "XX000",
-        DataFusionError::ArrowError(a, _)
-            if matches!(
-                a.as_ref(),
-                datafusion::arrow::error::ArrowError::DivideByZero
-            ) =>
-        {
-            "22012" // division_by_zero
-        }
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            datafusion::arrow::error::ArrowError::DivideByZero => "22012", // division_by_zero
+            // numeric_value_out_of_range
+            datafusion::arrow::error::ArrowError::ArithmeticOverflow(_) => "22003",
+            _ => match datafusion_kind(e) {
+                ErrorKind::Data => "XX001",
+                ErrorKind::Retry => "58030",
+                _ => "22000",
+            },
+        },
         _ => match datafusion_kind(e) {
             ErrorKind::Data => "XX001",
             ErrorKind::Retry => "58030",

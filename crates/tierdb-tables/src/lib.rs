@@ -9,10 +9,12 @@
 //! - [`readahead`]: fetching the next row groups of a sequential segment scan.
 //! - [`sql`]: the SQL engine (DataFusion), with CREATE/DROP TABLE on the catalog.
 //! - [`joinorder`]: a join-reordering rule for star joins.
+//! - [`checked`]: integer arithmetic that fails on overflow, `sum(bigint)` as numeric.
 //! - [`txn`]: transactions (BEGIN … COMMIT) and what their statements see.
 //! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files.
 
 pub mod catalog;
+pub mod checked;
 pub mod checksum;
 pub mod delta;
 pub mod dfstore;

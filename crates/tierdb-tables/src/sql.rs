@@ -152,10 +152,14 @@ impl SqlEngine {
             .with_default_catalog_and_schema(CATALOG, SCHEMA)
             .with_extension(slot.clone());
         let runtime = runtime_env(options)?;
+        // PostgreSQL's arithmetic: integer overflow fails (`checked.rs`).
+        let mut analyzer = datafusion::optimizer::Analyzer::new().rules;
+        analyzer.push(Arc::new(crate::checked::CheckedArithmetic::default()));
         let mut state = datafusion::execution::SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
-            .with_default_features();
+            .with_default_features()
+            .with_analyzer_rules(analyzer);
         let cards = options
             .join_reorder
             .then(|| Arc::new(Cardinalities::default()));
@@ -172,6 +176,9 @@ impl SqlEngine {
         }
         let state = crate::distributed::coordinate(state, &options.workers);
         let ctx = SessionContext::new_with_state(state.build());
+        for f in crate::checked::functions() {
+            ctx.register_udf(f.as_ref().clone());
+        }
         let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
         ctx.register_object_store(&url, Arc::new(tables.df_store().clone()));
         let counters = Arc::new(ScanCounters::default());
