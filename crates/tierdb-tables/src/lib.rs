@@ -21,6 +21,7 @@ pub mod dfstore;
 pub mod distributed;
 mod dml;
 pub mod error;
+mod guard;
 pub mod import;
 pub mod joinorder;
 pub mod provider;

@@ -596,6 +596,7 @@ impl SqlSession {
         if crate::dml::is_update_or_delete(stmt) {
             return Ok(Some(crate::dml::plan(&state, &self.tables, stmt).await?));
         }
+        crate::guard::check(stmt)?;
         Ok(Some(state.statement_to_plan(stmt.clone()).await?))
     }
 
@@ -671,6 +672,7 @@ impl SqlSession {
             Some(p) => p,
             None => {
                 self.require_tables(&state, &stmt)?;
+                crate::guard::check(&stmt)?;
                 state.statement_to_plan(stmt).await?
             }
         };

@@ -77,10 +77,9 @@ pub(crate) async fn plan(
         .ok_or_else(|| TableError::Schema("not an UPDATE or DELETE".into()))?;
     let def = tables.require(&target.table).await?;
     let columns: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
-    let select = target.select(&columns)?;
-    let plan = state
-        .statement_to_plan(DfStatement::Statement(Box::new(select)))
-        .await?;
+    let select = DfStatement::Statement(Box::new(target.select(&columns)?));
+    crate::guard::check(&select)?;
+    let plan = state.statement_to_plan(select).await?;
     match target.kind {
         DmlKind::Delete => Ok(plan),
         DmlKind::Update => typed(plan, &def),
