@@ -62,9 +62,13 @@ fn to_py(e: ObjError) -> PyErr {
             e.to_string(),
         )),
         ObjError::ReadOnly { .. } => ReadOnlyError::new_err(e.to_string()),
-        ObjError::Blob { oid, .. } => {
-            NotFoundError::new_err((oid.to_bytes().to_vec(), e.to_string()))
-        }
+        // Only a blob that is not there is ZODB's POSKeyError; a transient store error or
+        // damage stays a storage error, so it never reads as data loss.
+        ObjError::Blob {
+            oid,
+            kind: ErrorKind::NotFound,
+            ..
+        } => NotFoundError::new_err((oid.to_bytes().to_vec(), e.to_string())),
         other => TierError::new_err(other.to_string()),
     }
 }

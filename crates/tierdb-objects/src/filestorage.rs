@@ -118,7 +118,7 @@ impl FsReader {
 
     fn read(&mut self, n: usize) -> Result<Vec<u8>> {
         let at = self.pos;
-        if at + n as u64 > self.len {
+        if at.saturating_add(n as u64) > self.len {
             return Err(self.damaged(
                 at,
                 format!("truncated: {n} bytes wanted, {} left", self.len - at),
@@ -133,7 +133,7 @@ impl FsReader {
     }
 
     fn read_at(&self, at: u64, n: usize) -> Result<Vec<u8>> {
-        if at + n as u64 > self.len {
+        if at.saturating_add(n as u64) > self.len {
             return Err(self.damaged(at, "a back pointer points past the end"));
         }
         let mut buf = vec![0u8; n];
@@ -205,7 +205,9 @@ impl FsReader {
         }
         let end = start
             .checked_add(tlen)
-            .filter(|&e| e + 8 <= self.len && tlen >= (TXN_HDR + ulen + dlen + elen) as u64)
+            .filter(|&e| {
+                e.saturating_add(8) <= self.len && tlen >= (TXN_HDR + ulen + dlen + elen) as u64
+            })
             .ok_or_else(|| self.damaged(start, format!("transaction length {tlen} is wrong")))?;
         let user = Bytes::from(self.read(ulen)?);
         let description = Bytes::from(self.read(dlen)?);
@@ -232,7 +234,8 @@ impl FsReader {
                 return Err(self.damaged(at, "a record with a version (ZODB 3.8 and older)"));
             }
             let (data, data_txn) = if plen > 0 {
-                if at + DATA_HDR as u64 + plen > end {
+                // Lengths come from the file: checked, never allowed to overflow.
+                if (at + DATA_HDR as u64).saturating_add(plen) > end {
                     return Err(self.damaged(
                         at,
                         format!("record of object {oid} runs past its transaction"),

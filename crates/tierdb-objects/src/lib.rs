@@ -10,6 +10,8 @@
 mod blobs;
 pub mod error;
 pub mod filestorage;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handle;
 pub mod ids;
 pub mod import;

@@ -66,6 +66,8 @@ mod cachedir;
 pub mod capacity;
 mod error;
 pub mod fault;
+#[doc(hidden)]
+pub mod fuzzing;
 mod meta;
 pub mod options;
 pub mod readcache;

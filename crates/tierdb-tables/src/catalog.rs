@@ -293,7 +293,7 @@ fn versioned<'a>(key: &[u8], value: &'a [u8]) -> Result<&'a [u8]> {
     }
 }
 
-fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T> {
     serde_json::from_slice(versioned(key, value)?).map_err(|e| TableError::Damaged {
         key: String::from_utf8_lossy(key).into_owned(),
         reason: e.to_string(),

@@ -21,6 +21,8 @@ pub mod dfstore;
 pub mod distributed;
 mod dml;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod guard;
 pub mod import;
 pub mod joinorder;

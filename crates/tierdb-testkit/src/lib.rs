@@ -54,3 +54,4 @@ pub fn run_with_deadline<F: Future>(limit: Duration, case: F) -> Result<F::Outpu
     rt.block_on(async { tokio::time::timeout(limit, case).await })
         .map_err(|_| limit)
 }
+pub mod mutate;
