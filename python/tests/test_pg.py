@@ -167,6 +167,52 @@ def test_sigkill_during_commit_keeps_all_or_nothing(db, tmp_path, pause, expect)
     assert out[-1] == str(expect), out
 
 
+@pytest.mark.parametrize("pause,expect", [("dml-commit", [1, 2, 3, 4]), ("dml-committed", [1, 3])])
+def test_sigkill_during_delete_with_subquery_keeps_all_or_nothing(db, tmp_path, pause, expect):
+    """A DELETE whose WHERE is a subquery (issue 26: it used to delete every row), killed at
+    a pause point before or after its catalog commit: after a restart the table holds all
+    of its rows or exactly the ones PostgreSQL keeps, never anything else."""
+    import psycopg
+    tierdb("sql", db, "-c", "CREATE TABLE a (id INT NOT NULL) ORDER BY (id); CREATE TABLE b (id INT)")
+    tierdb("sql", db, "-c", "INSERT INTO a VALUES (1), (2), (3), (4); INSERT INTO b VALUES (2), (4), (NULL)")
+    env = dict(os.environ, TIERDB_TEST_PAUSE_AT=pause)
+    log = tmp_path / "serve.log"
+    with serve(BIN, db, env=env, log=str(log)) as (proc, port):
+        c = psycopg.connect(dsn(port), autocommit=True)
+        import threading
+        t = threading.Thread(target=lambda: sqlstate(lambda: c.execute(
+            "DELETE FROM a WHERE id IN (SELECT id FROM b)")), daemon=True)
+        t.start()
+        import time
+        deadline = time.time() + 120
+        while f"paused at {pause}" not in log.read_text():
+            assert time.time() < deadline and proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+    out = tierdb("sql", db, "--format", "csv", "-c", "SELECT id FROM a ORDER BY id").stdout.split()
+    assert [int(x) for x in out[1:]] == expect, out
+
+
+def test_failed_parse_aborts_the_transaction(server):
+    """Extended protocol, as JDBC sends it: a statement that fails when parsed inside a
+    transaction aborts it, and every following statement gets 25P02 until ROLLBACK."""
+    import psycopg
+    _, port = server
+    with psycopg.connect(dsn(port)) as c:
+        c.execute("CREATE TABLE p (k INT NOT NULL)")
+        c.commit()
+        c.execute("INSERT INTO p VALUES (1)")
+        res = c.pgconn.prepare(b"s1", b"SELECT * FROM nosuch")
+        assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"42P01", res.error_message
+        res = c.pgconn.prepare(b"s2", b"INSERT INTO p VALUES (2)")
+        assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"25P02", res.error_message
+        code, _ = sqlstate(lambda: c.execute("SELECT 1"))
+        assert code == "25P02"
+        c.rollback()
+        assert c.execute("SELECT count(*) FROM p").fetchone() == (0,)
+
+
 def test_tls(db, tmp_path):
     import psycopg
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"

@@ -204,7 +204,9 @@ pub(crate) async fn execute(
         Some(tx) => tx.push(write),
         // On failure commit_writes deletes the new files if nothing was committed.
         None => {
+            tierdb_store::testpoint::pause_at("dml-commit");
             tables.commit_writes(vec![write]).await?;
+            tierdb_store::testpoint::pause_at("dml-committed");
         }
     }
     Ok(named.count)
