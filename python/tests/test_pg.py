@@ -194,6 +194,26 @@ def test_sigkill_during_delete_with_subquery_keeps_all_or_nothing(db, tmp_path, 
     assert [int(x) for x in out[1:]] == expect, out
 
 
+def test_sigterm_during_a_long_statement_stops_the_server(db, tmp_path):
+    """SIGTERM while a statement runs: the server stops (cleanly, or after its 10 s grace
+    the watchdog exits it) and the database opens again with its rows. The 120 s bound is a
+    liveness guard (it hung before), not a speed check."""
+    import psycopg
+    import threading
+    import time
+    tierdb("sql", db, "-c", "CREATE TABLE s (n INT NOT NULL); INSERT INTO s VALUES (1), (2)")
+    with serve(BIN, db, log=str(tmp_path / "serve.log")) as (proc, port):
+        c = psycopg.connect(dsn(port), autocommit=True)
+        t = threading.Thread(target=lambda: sqlstate(lambda: c.execute(
+            "SELECT count(*) FROM generate_series(1, 100000000000) a")), daemon=True)
+        t.start()
+        time.sleep(0.5)  # not a timing assumption: the test holds whether or not it started
+        proc.terminate()
+        proc.wait(timeout=120)
+    out = tierdb("sql", db, "--format", "csv", "-c", "SELECT count(*) AS n FROM s").stdout.split()
+    assert out[-1] == "2", out
+
+
 def test_failed_parse_aborts_the_transaction(server):
     """Extended protocol, as JDBC sends it: a statement that fails when parsed inside a
     transaction aborts it, and every following statement gets 25P02 until ROLLBACK."""

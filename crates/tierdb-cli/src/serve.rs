@@ -241,6 +241,38 @@ pub(crate) async fn shutdown_signal() {
     }
 }
 
+/// How long SIGTERM/SIGINT waits for the clean close before the process exits anyway.
+const TERM_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A watchdog on its own thread and runtime: after SIGTERM or SIGINT, if the process has
+/// not ended within [`TERM_GRACE`] (query operators can keep every worker thread of the
+/// main runtime busy, so its own signal handler may not even run), it exits. Nothing
+/// acknowledged is lost by that: a commit is durable before it is acknowledged, and a
+/// statement that had not committed never was (as after `kill -9`).
+fn spawn_term_watchdog() {
+    let spawned = std::thread::Builder::new()
+        .name("tierdb-term-watchdog".into())
+        .spawn(|| {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(shutdown_signal());
+            std::thread::sleep(TERM_GRACE);
+            eprintln!(
+                "tierdb serve: still running {} s after the signal; exiting without a clean \
+                 close (running statements are abandoned; nothing acknowledged is lost)",
+                TERM_GRACE.as_secs()
+            );
+            std::process::exit(1);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the shutdown watchdog");
+    }
+}
+
 /// Opens the database for serving: the engine, with PostgreSQL's catalog and functions.
 async fn open_served(
     db: &str,
@@ -391,6 +423,7 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
         addr.rsplit_once(':').map_or("5433", |(_, p)| p),
         args.user
     );
+    spawn_term_watchdog();
     let serve = async {
         loop {
             let (socket, peer) = match listener.accept().await {
