@@ -152,7 +152,7 @@ impl SqlEngine {
             .with_default_catalog_and_schema(CATALOG, SCHEMA)
             .with_extension(slot.clone());
         let runtime = runtime_env(options)?;
-        // PostgreSQL's arithmetic: integer overflow fails (`checked.rs`).
+        // PostgreSQL's arithmetic: integer overflow fails, sum(bigint) is numeric (`checked.rs`).
         let mut analyzer = datafusion::optimizer::Analyzer::new().rules;
         analyzer.push(Arc::new(crate::checked::CheckedArithmetic::default()));
         let mut state = datafusion::execution::SessionStateBuilder::new()
@@ -179,6 +179,7 @@ impl SqlEngine {
         for f in crate::checked::functions() {
             ctx.register_udf(f.as_ref().clone());
         }
+        ctx.register_udaf(crate::checked::SumAsNumeric::udaf());
         let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
         ctx.register_object_store(&url, Arc::new(tables.df_store().clone()));
         let counters = Arc::new(ScanCounters::default());
