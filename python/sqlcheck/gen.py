@@ -58,8 +58,11 @@ EDGE = {
 def literal(ty, v):
     if v is None:
         return "NULL"
-    if ty in ("int", "bigint"):
-        return str(v) if v >= 0 else f"({v})"
+    if ty == "int":
+        # Typed: PostgreSQL reads a bare literal as int4, tierdb as BIGINT (issue 27).
+        return f"CAST({v} AS INT)"
+    if ty == "bigint":
+        return f"CAST({v} AS BIGINT)"
     if ty == "double":
         return f"CAST({v!r} AS DOUBLE PRECISION)"
     if ty == "decimal":
@@ -209,6 +212,12 @@ class Gen:
                 return f"{c} {r.choice(['=', '<>', '<', '>=']) if ty in ORDERED else '='} {b[0]}.{b[1]}"
         if ty == "varchar" and k < 0.65:
             return f"{c} LIKE {literal('varchar', r.choice(['a%', '%b%', '_', '%', 'O%']))}"
+        if k < 0.72:
+            e, _ = self.expr(scope, ty, 1)
+            op = r.choice(["=", "<>", "<", ">=", "IS DISTINCT FROM", "IS NOT DISTINCT FROM"])
+            if ty not in ORDERED and op in ("<", ">="):
+                op = "="
+            return f"{c} {op} {e}"
         op = r.choice(["=", "<>", "<", "<=", ">", ">="]) if ty in ORDERED else r.choice(["=", "<>"])
         return f"{c} {op} {literal(ty, self.value(ty, False))}"
 
@@ -238,6 +247,65 @@ class Gen:
         op = r.choice(["=", "<", ">=", "<>"])
         return f"{c} {op} (SELECT {agg}({alias}.{ic}) FROM {t.name} {alias}{where})"
 
+    def expr(self, scope, ty=None, depth=0):
+        """A random scalar expression and its type (`ty`: of that type)."""
+        r = self.r
+        cols = self.cols_of(scope, {ty} if ty else None)
+        k = r.random()
+        if depth >= 2 or k < 0.35:
+            if cols and (k < 0.3 or ty is None):
+                a, n, cty = r.choice(cols)
+                return f"{a}.{n}", cty
+            ty = ty or r.choice(list(TYPES))
+            return literal(ty, self.value(ty)), ty
+        ty = ty or r.choice(list(TYPES))
+        k = r.random()
+        if k < 0.15:
+            a, _ = self.expr(scope, ty, depth + 1)
+            b, _ = self.expr(scope, ty, depth + 1)
+            return f"CASE WHEN {self.pred(scope, 2, False)} THEN {a} ELSE {b} END", ty
+        if k < 0.3:
+            a, _ = self.expr(scope, ty, depth + 1)
+            b, _ = self.expr(scope, ty, depth + 1)
+            return f"{r.choice(['COALESCE', 'NULLIF'])}({a}, {b})", ty
+        if ty in ("int", "bigint"):
+            a, _ = self.expr(scope, ty, depth + 1)
+            k2 = r.random()
+            if k2 < 0.25:
+                return f"abs({a})", ty
+            if k2 < 0.5:
+                d = r.choice([1, 2, 3, 7, -4])
+                return f"({a} {r.choice(['/', '%'])} CAST({d} AS {TYPES[ty][1]}))", ty
+            if k2 < 0.65 and ty == "int":
+                s_, _ = self.expr(scope, "varchar", depth + 1)
+                return f"CAST(length({s_}) AS INT)", ty
+            b, _ = self.expr(scope, ty, depth + 1)
+            return f"({a} {r.choice(['+', '-', '*'])} {b})", ty
+        if ty == "varchar":
+            a, _ = self.expr(scope, ty, depth + 1)
+            k2 = r.random()
+            if k2 < 0.2:
+                return f"{r.choice(['lower', 'upper', 'trim'])}({a})", ty
+            if k2 < 0.4:
+                return f"substr({a}, {r.randint(1, 3)}, {r.randint(0, 3)})", ty
+            if k2 < 0.6:
+                b, _ = self.expr(scope, ty, depth + 1)
+                return f"({a} || {b})", ty
+            src = r.choice(["int", "bigint", "decimal", "date", "bool"])
+            e, _ = self.expr(scope, src, depth + 1)
+            return f"CAST({e} AS VARCHAR)", ty
+        if ty == "decimal":
+            a, _ = self.expr(scope, ty, depth + 1)
+            b, _ = self.expr(scope, ty, depth + 1)
+            return f"({a} {r.choice(['+', '-'])} {b})", ty
+        if ty == "double":
+            a, _ = self.expr(scope, ty, depth + 1)
+            return f"({a} * CAST(0.5 AS DOUBLE PRECISION))", ty
+        if ty == "bool":
+            return f"({self.pred(scope, 2, False)})", ty
+        a, _ = self.expr(scope, ty, depth + 1)
+        return a, ty
+
     # ---------- statements ----------
     def query(self):
         r = self.r
@@ -263,6 +331,32 @@ class Gen:
             return Stmt(f"SELECT {sel} FROM {frm}{where} GROUP BY {g[0]}.{g[1]}{having}")
         if r.random() < 0.15:
             return Stmt(f"SELECT count(*) FROM {frm}{where}")
+        k = r.random()
+        if k < 0.15:
+            exprs = [self.expr(scope)[0] for _ in range(r.randint(1, 3))]
+            sel = ", ".join(f"{e} AS e{i}" for i, e in enumerate(exprs))
+            return Stmt(f"SELECT {sel} FROM {frm}{where}")
+        if k < 0.25:
+            return self.set_query()
+        if k < 0.33:
+            g = r.choice(cols)
+            o = r.choice([c for c in cols if c != g] or cols)
+            if o == g:
+                return Stmt(f"SELECT count(*) FROM {frm}{where}")
+            nums = [c for c in cols if c[2] in ("int", "bigint", "decimal")]
+            w = r.choice(["count(*)"] + [f"sum({c[0]}.{c[1]})" for c in nums])
+            f = r.choice([f"{w} OVER (PARTITION BY {g[0]}.{g[1]})",
+                          f"rank() OVER (PARTITION BY {g[0]}.{g[1]} ORDER BY {o[0]}.{o[1]} NULLS FIRST)",
+                          f"count(*) OVER ()"])
+            return Stmt(f"SELECT {g[0]}.{g[1]}, {o[0]}.{o[1]}, {f} AS w FROM {frm}{where}")
+        if k < 0.4:
+            g = r.choice(cols)
+            c = r.choice(cols)
+            agg = r.choice([f"count(DISTINCT {c[0]}.{c[1]})", f"min({c[0]}.{c[1]})", f"max({c[0]}.{c[1]})"])
+            if c[2] == "bool":
+                agg = f"count(DISTINCT {c[0]}.{c[1]})"
+            return Stmt(f"WITH q AS (SELECT {g[0]}.{g[1]} AS g, {agg} AS a FROM {frm}{where} "
+                        f"GROUP BY {g[0]}.{g[1]}) SELECT g, a FROM q WHERE a IS NOT NULL")
         picked = r.sample(cols, r.randint(1, min(3, len(cols))))
         sel = ", ".join(f"{a}.{n}" for a, n, _ in picked)
         distinct = "DISTINCT " if r.random() < 0.15 else ""
@@ -275,11 +369,29 @@ class Gen:
                         ordered=True)
         return Stmt(f"SELECT {distinct}{sel} FROM {frm}{where}")
 
+    def set_query(self):
+        """UNION [ALL] / EXCEPT / INTERSECT of two selects of one column type."""
+        r = self.r
+        ty = r.choice(list(TYPES))
+        sides = []
+        for alias in ("p", "q"):
+            cands = [t for t in self.tables if any(c[1] == ty for c in t.cols)]
+            if not cands:
+                return Stmt("SELECT 1")
+            t = r.choice(cands)
+            c = r.choice([c for c in t.cols if c[1] == ty])[0]
+            where = f" WHERE {self.pred([(alias, t)], 1)}" if r.random() < 0.5 else ""
+            sides.append(f"SELECT {alias}.{c} FROM {t.name} {alias}{where}")
+        op = r.choice(["UNION", "UNION ALL", "EXCEPT", "INTERSECT"])
+        return Stmt(f"{sides[0]} {op} {sides[1]}")
+
     def new_value(self, t, name, ty, nn):
         r = self.r
         k = r.random()
-        if k < 0.5:
+        if k < 0.4:
             return literal(ty, self.value(ty, not nn))
+        if k < 0.55:
+            return self.expr([(t.name, t)], ty, 1)[0]
         if ty in ("int", "bigint"):
             # Literals typed as the column: PostgreSQL's int4 literals meet an INT column in
             # int4 arithmetic (tierdb types bare integer literals as BIGINT: issue 27).

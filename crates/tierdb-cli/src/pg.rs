@@ -422,6 +422,14 @@ impl ConnState {
     /// rewrites that map it onto DataFusion), then tierdb's own (CREATE TABLE … ORDER BY,
     /// PARTITION BY), whose syntax errors are the ones reported.
     fn parse(&self, sql: &str) -> PgWireResult<Vec<Statement>> {
+        let mut statements = self.parse_unrepaired(sql)?;
+        for s in &mut statements {
+            tierdb_tables::parsefix::repair(s);
+        }
+        Ok(statements)
+    }
+
+    fn parse_unrepaired(&self, sql: &str) -> PgWireResult<Vec<Statement>> {
         if let Ok(statements) = self.parser.parse(sql) {
             if !sql.contains("pg_catalog") {
                 return Ok(statements);
@@ -943,8 +951,13 @@ impl QueryParser for ConnState {
                 FieldFormat::Text,
             )]);
         }
+        // UPDATE and DELETE are planned as the query that names their rows (tierdb-tables'
+        // `dml`), but answer with a command tag and no rows (NoData).
+        let changes_rows = matches!(stmt.stmt, Statement::Update(_) | Statement::Delete(_));
         match &stmt.plan {
-            Some(plan) if !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_)) => {
+            Some(plan)
+                if !changes_rows && !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_)) =>
+            {
                 arrow_schema_to_pg_fields(
                     plan.schema().as_arrow(),
                     column_format.unwrap_or(&Format::UnifiedText),

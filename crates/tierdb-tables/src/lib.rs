@@ -26,6 +26,7 @@ pub mod fuzzing;
 mod guard;
 pub mod import;
 pub mod joinorder;
+pub mod parsefix;
 pub mod provider;
 pub mod readahead;
 pub mod segment;

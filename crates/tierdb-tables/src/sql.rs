@@ -288,6 +288,12 @@ impl SqlEngine {
 pub fn parse(sql: &str) -> Result<Vec<DfStatement>> {
     Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?
         .into_iter()
+        .map(|mut s| {
+            if let DfStatement::Statement(st) = &mut s {
+                crate::parsefix::repair(st);
+            }
+            s
+        })
         .collect())
 }
 

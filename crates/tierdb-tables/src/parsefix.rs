@@ -1,0 +1,133 @@
+//! Repairs to the syntax tree the SQL parser gets wrong, applied to every statement before
+//! it is planned (`sql::parse`, and the PostgreSQL server's parser).
+//!
+//! 1. `a IS [NOT] DISTINCT FROM b AND c` is `(a IS DISTINCT FROM b) AND c` in SQL and in
+//!    PostgreSQL (IS binds tighter than AND and OR). sqlparser 0.62 parses the right side of
+//!    IS DISTINCT FROM as a whole expression, giving `a IS DISTINCT FROM (b AND c)`: an
+//!    error when the types differ, a silently different predicate when they are booleans
+//!    (found by the differential tester). Written parentheses survive as `Expr::Nested`, so
+//!    a bare AND/OR on the right can only come from that mis-parse and is re-associated.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, Statement, VisitMut, VisitorMut};
+
+/// Applies every repair in the module doc to `stmt`.
+pub fn repair(stmt: &mut Statement) {
+    let _ = stmt.visit(&mut Repair);
+}
+
+struct Repair;
+
+impl VisitorMut for Repair {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        if matches!(e, Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..)) {
+            let taken = std::mem::replace(
+                e,
+                Expr::Value(datafusion::sql::sqlparser::ast::Value::Null.into()),
+            );
+            *e = reassociate(taken);
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `l IS [NOT] DISTINCT FROM (r1 AND|OR r2)` (unparenthesized) as
+/// `(l IS [NOT] DISTINCT FROM r1) AND|OR r2`, repeatedly.
+fn reassociate(e: Expr) -> Expr {
+    let (l, r, negated) = match e {
+        Expr::IsDistinctFrom(l, r) => (l, r, false),
+        Expr::IsNotDistinctFrom(l, r) => (l, r, true),
+        other => return other,
+    };
+    match *r {
+        Expr::BinaryOp {
+            left,
+            op: op @ (BinaryOperator::And | BinaryOperator::Or),
+            right,
+        } => {
+            let inner = if negated {
+                Expr::IsNotDistinctFrom(l, left)
+            } else {
+                Expr::IsDistinctFrom(l, left)
+            };
+            Expr::BinaryOp {
+                left: Box::new(reassociate(inner)),
+                op,
+                right,
+            }
+        }
+        r => {
+            if negated {
+                Expr::IsNotDistinctFrom(l, Box::new(r))
+            } else {
+                Expr::IsDistinctFrom(l, Box::new(r))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn fixed(sql: &str) -> String {
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .expect("parses")
+            .pop()
+            .expect("one");
+        repair(&mut s);
+        s.to_string()
+    }
+
+    #[test]
+    fn is_distinct_from_binds_tighter_than_and_and_or() {
+        assert_eq!(
+            fixed("SELECT 1 WHERE a IS DISTINCT FROM b AND c"),
+            "SELECT 1 WHERE a IS DISTINCT FROM b AND c"
+        );
+        // The tree, not the text, is what changed: check it by what it nests.
+        let mut s = Parser::parse_sql(
+            &PostgreSqlDialect {},
+            "SELECT 1 WHERE a IS NOT DISTINCT FROM b AND c OR d",
+        )
+        .expect("parses")
+        .pop()
+        .expect("one");
+        repair(&mut s);
+        let Statement::Query(q) = &s else {
+            panic!("a query")
+        };
+        let datafusion::sql::sqlparser::ast::SetExpr::Select(sel) = q.body.as_ref() else {
+            panic!("a select")
+        };
+        let Some(Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Or,
+            ..
+        }) = &sel.selection
+        else {
+            panic!("OR at the top: {:?}", sel.selection)
+        };
+        let Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            ..
+        } = left.as_ref()
+        else {
+            panic!("AND under it: {left:?}")
+        };
+        assert!(
+            matches!(left.as_ref(), Expr::IsNotDistinctFrom(_, r) if matches!(r.as_ref(), Expr::Identifier(_)))
+        );
+        // Written parentheses are kept.
+        assert_eq!(
+            fixed("SELECT 1 WHERE a IS DISTINCT FROM (b AND c)"),
+            "SELECT 1 WHERE a IS DISTINCT FROM (b AND c)"
+        );
+    }
+}
