@@ -214,6 +214,28 @@ def test_sigterm_during_a_long_statement_stops_the_server(db, tmp_path):
     assert out[-1] == "2", out
 
 
+def test_an_error_while_rows_stream_aborts_the_transaction(server):
+    """A query that fails after its rows began to stream (here: division by zero on the
+    second row) fails the statement; inside a transaction that aborts it, so COMMIT rolls
+    back the INSERT before it (found by the differential tester: it used to commit)."""
+    import psycopg
+    _, port = server
+    with psycopg.connect(dsn(port)) as c:
+        c.execute("CREATE TABLE z (n INT NOT NULL)")
+        c.execute("INSERT INTO z VALUES (2), (1)")
+        c.commit()
+        c.execute("INSERT INTO z VALUES (3)")
+        code, _ = sqlstate(lambda: c.execute("SELECT 10 / (n - 1) FROM z ORDER BY n DESC").fetchall())
+        assert code == "22012", code
+        code, _ = sqlstate(lambda: c.execute("SELECT 1"))
+        assert code == "25P02", code
+        c.rollback()
+        c.execute("INSERT INTO z VALUES (4)")
+        sqlstate(lambda: c.execute("SELECT 10 / (n - 1) FROM z").fetchall())
+        c.commit()  # PostgreSQL: COMMIT of an aborted transaction rolls it back
+        assert c.execute("SELECT n FROM z ORDER BY n").fetchall() == [(1,), (2,)]
+
+
 def test_failed_parse_aborts_the_transaction(server):
     """Extended protocol, as JDBC sends it: a statement that fails when parsed inside a
     transaction aborts it, and every following statement gets 25P02 until ROLLBACK."""

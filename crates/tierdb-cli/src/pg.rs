@@ -576,6 +576,15 @@ impl ConnState {
                     .await
                     .map_err(|e| self.failed_now(&session, &TableError::from(e)))?;
                 let rows = encode_rows(fields.clone(), stream, deadline, cancel);
+                // An error while the rows stream (an overflow, a timeout, a cancel) fails the
+                // statement after it started answering: inside a transaction that aborts it,
+                // as any failed statement does, so its COMMIT rolls back.
+                let failing = session.clone();
+                let rows = rows.inspect(move |r| {
+                    if r.is_err() {
+                        failing.fail();
+                    }
+                });
                 Ok(Response::Query(QueryResponse::new(fields, rows)))
             }
         }
@@ -719,7 +728,12 @@ impl ConnState {
                     .execute_stream()
                     .await
                     .map_err(|e| table_error(&TableError::from(e)))?;
-                let data = copy_out_stream(stream, opts, header);
+                let failing = session.clone();
+                let data = copy_out_stream(stream, opts, header).inspect(move |r| {
+                    if r.is_err() {
+                        failing.fail(); // as for a query's rows
+                    }
+                });
                 Ok(Response::CopyOut(CopyResponse::new(0, columns, data)))
             }
             (_, other) => Err(user_error(
