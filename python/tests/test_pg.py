@@ -236,6 +236,21 @@ def test_an_error_while_rows_stream_aborts_the_transaction(server):
         assert c.execute("SELECT n FROM z ORDER BY n").fetchall() == [(1,), (2,)]
 
 
+def test_copy_to_with_header_counts_rows_only(server):
+    """COPY … TO STDOUT (FORMAT csv, HEADER): the header line is sent, and the command
+    tag counts the rows alone (it counted the header as a row)."""
+    import psycopg
+    _, port = server
+    with psycopg.connect(dsn(port), autocommit=True) as c:
+        c.execute("CREATE TABLE h (k INT NOT NULL, v VARCHAR)")
+        c.execute("INSERT INTO h VALUES (1, 'a'), (2, NULL)")
+        cur = c.cursor()
+        with cur.copy("COPY h TO STDOUT (FORMAT csv, HEADER)") as cp:
+            data = b"".join(bytes(chunk) for chunk in cp)
+        assert data.decode().splitlines() == ["k,v", "1,a", "2,"], data
+        assert cur.rowcount == 2, cur.rowcount
+
+
 def test_failed_parse_aborts_the_transaction(server):
     """Extended protocol, as JDBC sends it: a statement that fails when parsed inside a
     transaction aborts it, and every following statement gets 25P02 until ROLLBACK."""
