@@ -251,6 +251,19 @@ def test_copy_to_with_header_counts_rows_only(server):
         assert cur.rowcount == 2, cur.rowcount
 
 
+def test_invalid_utf8_in_a_query_is_refused(server):
+    """A query string with bytes that are not UTF-8 is refused with 22021 (it was run with
+    the bytes replaced by U+FFFD, storing other text than the client sent); the
+    connection stays usable."""
+    import psycopg
+    _, port = server
+    with psycopg.connect(dsn(port), autocommit=True) as c:
+        c.execute("CREATE TABLE u (v VARCHAR)")
+        res = c.pgconn.exec_(b"INSERT INTO u VALUES ('a\xff\xfeb')")
+        assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"22021", res.error_message
+        assert c.execute("SELECT count(*) FROM u").fetchone() == (0,)
+
+
 def test_failed_parse_aborts_the_transaction(server):
     """Extended protocol, as JDBC sends it: a statement that fails when parsed inside a
     transaction aborts it, and every following statement gets 25P02 until ROLLBACK."""

@@ -422,6 +422,19 @@ impl ConnState {
     /// rewrites that map it onto DataFusion), then tierdb's own (CREATE TABLE … ORDER BY,
     /// PARTITION BY), whose syntax errors are the ones reported.
     fn parse(&self, sql: &str) -> PgWireResult<Vec<Statement>> {
+        // pgwire decodes a query string lossily: an invalid UTF-8 byte arrives as U+FFFD.
+        // Running it would store or compare other bytes than the client sent, so refuse
+        // (PostgreSQL: 22021). A U+FFFD the client really wrote is refused too: it cannot
+        // be told apart here.
+        if sql.contains('\u{FFFD}') {
+            return Err(user_error(
+                "22021",
+                "invalid byte sequence for encoding \"UTF8\" in the query string (or the \
+                 replacement character U+FFFD, which tierdb cannot tell apart from one); \
+                 send the query as UTF-8"
+                    .into(),
+            ));
+        }
         let mut statements = self.parse_unrepaired(sql)?;
         for s in &mut statements {
             tierdb_tables::parsefix::repair(s);
