@@ -71,6 +71,21 @@ def test_sql_statements_and_errors(db):
     assert p.returncode == 2 and "one\n1" in p.stdout and "two\n2" in p.stdout, p.stdout + p.stderr
 
 
+def test_an_update_larger_than_the_memory_limit_fails_and_changes_nothing(db):
+    """UPDATE holds the new versions of the rows it changes until it rewrites their
+    segments: accounted in the memory pool, so past --memory it fails (53200 over the wire)
+    and changes nothing, instead of growing the process; within it, it runs."""
+    sql(db, "CREATE TABLE big (k BIGINT NOT NULL, v VARCHAR) ORDER BY (k); "
+            "INSERT INTO big SELECT value, repeat('x', 100) FROM generate_series(1, 100000)")
+    p = sql(db, "UPDATE big SET v = v || 'y'", "--memory", "4MiB", ok=False)
+    assert p.returncode != 0 and "memory limit" in p.stderr, p.stderr
+    out = sql(db, "SELECT count(*) AS n FROM big WHERE length(v) = 100").stdout.split()
+    assert out[-1] == "100000", out
+    sql(db, "UPDATE big SET v = v || 'y'", "--memory", "256MiB")
+    out = sql(db, "SELECT count(*) AS n FROM big WHERE length(v) = 101").stdout.split()
+    assert out[-1] == "100000", out
+
+
 def test_import_good_and_malformed_files(db, tmp_path):
     sql(db, "CREATE TABLE s (k INT NOT NULL, name VARCHAR NOT NULL, d DATE) ORDER BY (k)")
     good = tmp_path / "s.tbl"

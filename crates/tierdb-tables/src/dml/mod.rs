@@ -41,6 +41,7 @@ use datafusion::common::Column;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::{TableProvider, source_as_provider};
 use datafusion::execution::context::SessionState;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Projection};
 use datafusion::physical_plan::ExecutionPlan;
@@ -148,7 +149,9 @@ pub(crate) async fn execute(
         .await?
         .execute_stream()
         .await?;
-    let mut named = Named::collect(stream, &def, kind).await?;
+    let memory = MemoryConsumer::new(format!("{} of {}", dml_verb(kind), def.name))
+        .register(&ctx.runtime_env().memory_pool);
+    let mut named = Named::collect(stream, &def, kind, memory).await?;
     let Some(segments) = view.segments() else {
         return Ok(0); // the query never scanned: no row qualifies
     };
@@ -235,13 +238,18 @@ struct Named {
     /// UPDATE, per segment index: the new versions of its named rows (table columns).
     rows: BTreeMap<u32, Vec<RecordBatch>>,
     count: u64,
+    /// Held until the statement ends: the rows above stay in memory until then.
+    _memory: MemoryReservation,
 }
 
 impl Named {
+    /// `memory` accounts what is held (ids, and UPDATE's new rows) in the session's memory
+    /// pool: past its limit the statement fails (53200) before anything is written.
     async fn collect(
         mut stream: SendableRecordBatchStream,
         def: &TableDef,
         kind: DmlKind,
+        memory: MemoryReservation,
     ) -> Result<Self> {
         let schema = nullable(def);
         let mut seen: HashSet<(u32, u64)> = HashSet::new();
@@ -257,6 +265,10 @@ impl Named {
             };
             // Per segment, the rows of this batch that name a row not named before.
             let mut firsts: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+            // Ids: a set entry and a position each (about 40 bytes).
+            memory
+                .try_grow(batch.num_rows() * 40)
+                .map_err(|e| too_big(e, def))?;
             for i in 0..batch.num_rows() {
                 let (s, p) = (segs.value(i), pos.value(i));
                 if seen.insert((s, p)) {
@@ -267,8 +279,14 @@ impl Named {
             if kind == DmlKind::Update {
                 let values = batch.project(&(2..batch.num_columns()).collect::<Vec<_>>())?;
                 for (s, idx) in firsts {
-                    let taken = take_record_batch(&values, &UInt32Array::from(idx))?;
-                    rows.entry(s).or_default().push(conform(taken, &schema)?);
+                    let taken = conform(
+                        take_record_batch(&values, &UInt32Array::from(idx))?,
+                        &schema,
+                    )?;
+                    memory
+                        .try_grow(taken.get_array_memory_size())
+                        .map_err(|e| too_big(e, def))?;
+                    rows.entry(s).or_default().push(taken);
                 }
             }
         }
@@ -279,8 +297,26 @@ impl Named {
             positions,
             rows,
             count: seen.len() as u64,
+            _memory: memory,
         })
     }
+}
+
+fn dml_verb(kind: DmlKind) -> &'static str {
+    match kind {
+        DmlKind::Update => "UPDATE",
+        DmlKind::Delete => "DELETE",
+    }
+}
+
+/// The memory pool refused more: name the statement and what to do (the SQLSTATE stays
+/// DataFusion's ResourcesExhausted, 53200).
+fn too_big(e: datafusion::error::DataFusionError, def: &TableDef) -> TableError {
+    TableError::DataFusion(e.context(format!(
+        "the rows this statement changes in {} do not fit the memory limit (--memory); \
+         change them in smaller ranges (WHERE …) or raise the limit; nothing was changed",
+        def.name
+    )))
 }
 
 /// The table's schema with every column nullable: what rows are carried as until the write
