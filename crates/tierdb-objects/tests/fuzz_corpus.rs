@@ -8,29 +8,33 @@ use bytes::Bytes;
 use tierdb_objects::fuzzing;
 use tierdb_objects::records::{self, DataRecord, Meta, Revision, TxnMeta, TxnRecord};
 use tierdb_objects::{Oid, Tid};
-use tierdb_testkit::mutate::{corpus, mutations};
+use tierdb_testkit::mutate::{corpus, mutations, seeds};
 
 #[test]
 fn filestorage_reader_survives_damaged_files() {
-    let seeds = corpus("filestorage");
-    assert!(!seeds.is_empty(), "fuzz/corpus/filestorage holds a Data.fs");
-    for seed in &seeds {
-        fuzzing::filestorage(seed);
+    let made = seeds("filestorage");
+    assert!(!made.is_empty(), "fuzz/corpus/filestorage holds a Data.fs");
+    for seed in &made {
         for m in mutations(seed, 3000, 0xF5) {
             fuzzing::filestorage(&m);
         }
+    }
+    for input in corpus("filestorage") {
+        fuzzing::filestorage(&input);
     }
 }
 
 #[test]
 fn pickle_reference_reader_survives_damaged_pickles() {
-    let seeds = corpus("pickle_refs");
-    assert!(!seeds.is_empty(), "fuzz/corpus/pickle_refs holds pickles");
-    for seed in &seeds {
-        fuzzing::pickle(seed);
+    let made = seeds("pickle_refs");
+    assert!(!made.is_empty(), "fuzz/corpus/pickle_refs holds pickles");
+    for seed in &made {
         for m in mutations(seed, 2000, 0x9c) {
             fuzzing::pickle(&m);
         }
+    }
+    for input in corpus("pickle_refs") {
+        fuzzing::pickle(&input);
     }
 }
 
@@ -72,11 +76,14 @@ fn record_decoders_survive_damaged_records() {
         [&[6u8][..], &records::rev_key(Oid(1), Tid(2))].concat(),
         [&[7u8][..], &data.encode()].concat(),
     ];
-    seeds.extend(corpus("object_records"));
+    seeds.extend(tierdb_testkit::mutate::seeds("object_records"));
     for seed in &seeds {
         fuzzing::records(seed);
         for m in mutations(seed, 3000, 0x0b) {
             fuzzing::records(&m);
         }
+    }
+    for input in corpus("object_records") {
+        fuzzing::records(&input);
     }
 }

@@ -60,7 +60,7 @@ fn seeds() -> Vec<Vec<u8>> {
         json(serde_json::to_value(&segment).expect("a segment serializes")),
         json(serde_json::to_value(&retired).expect("a retired file serializes")),
     ];
-    out.extend(corpus("catalog"));
+    out.extend(tierdb_testkit::mutate::seeds("catalog"));
     out
 }
 
@@ -71,5 +71,8 @@ fn catalog_decoding_survives_damaged_values() {
         for m in mutations(&seed, 3000, 0xca) {
             tierdb_tables::fuzzing::catalog(&m);
         }
+    }
+    for input in corpus("catalog") {
+        tierdb_tables::fuzzing::catalog(&input);
     }
 }

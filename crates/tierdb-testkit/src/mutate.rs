@@ -41,6 +41,20 @@ pub fn mutations(seed: &[u8], count: usize, rng_seed: u64) -> Vec<Vec<u8>> {
 
 /// The files of a fuzz corpus directory (`fuzz/corpus/<target>` from the repository root).
 pub fn corpus(target: &str) -> Vec<Vec<u8>> {
+    corpus_named(target).into_iter().map(|(_, b)| b).collect()
+}
+
+/// The hand-made seeds of a fuzz corpus directory: files not named by libFuzzer (whose
+/// names are 40 hex digits). Tests mutate these; the rest of the corpus is replayed as is.
+pub fn seeds(target: &str) -> Vec<Vec<u8>> {
+    corpus_named(target)
+        .into_iter()
+        .filter(|(name, _)| !(name.len() == 40 && name.bytes().all(|b| b.is_ascii_hexdigit())))
+        .map(|(_, bytes)| bytes)
+        .collect()
+}
+
+fn corpus_named(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../fuzz/corpus")
         .join(target);
@@ -51,6 +65,9 @@ pub fn corpus(target: &str) -> Vec<Vec<u8>> {
     files.sort();
     files
         .into_iter()
-        .filter_map(|p| std::fs::read(p).ok())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_string_lossy().into_owned();
+            Some((name, std::fs::read(&p).ok()?))
+        })
         .collect()
 }
