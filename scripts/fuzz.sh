@@ -19,7 +19,8 @@ for t in "${TARGETS[@]}"; do
   mkdir -p "corpus/$t"
   echo "== fuzz $t for ${SECONDS_PER}s"
   # -rss_limit_mb: an input that makes a decoder allocate without bound is a crash too.
-  cargo +nightly fuzz run -O "$t" "corpus/$t" -- -max_total_time="$SECONDS_PER" \
+  # New inputs go to corpus/<target>; seeds/<target> (hand-made, valid) is read only.
+  cargo +nightly fuzz run -O "$t" "corpus/$t" "seeds/$t" -- -max_total_time="$SECONDS_PER" \
     -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 \
     | { grep -E "^(stat::|==)|Done|crash|panicked|SUMMARY" || true; } | tail -20
 done

@@ -39,35 +39,36 @@ pub fn mutations(seed: &[u8], count: usize, rng_seed: u64) -> Vec<Vec<u8>> {
     out
 }
 
-/// The files of a fuzz corpus directory (`fuzz/corpus/<target>` from the repository root).
+/// The files of a fuzz target's corpus (`fuzz/corpus/<target>`, grown by libFuzzer).
 pub fn corpus(target: &str) -> Vec<Vec<u8>> {
-    corpus_named(target).into_iter().map(|(_, b)| b).collect()
+    files_in("corpus", target)
 }
 
-/// The hand-made seeds of a fuzz corpus directory: files not named by libFuzzer (whose
-/// names are 40 hex digits). Tests mutate these; the rest of the corpus is replayed as is.
+/// The hand-made seeds of a fuzz target (`fuzz/seeds/<target>`: valid inputs made by the
+/// real producers). Tests mutate these; libFuzzer's corpus is replayed as is.
 pub fn seeds(target: &str) -> Vec<Vec<u8>> {
-    corpus_named(target)
-        .into_iter()
-        .filter(|(name, _)| !(name.len() == 40 && name.bytes().all(|b| b.is_ascii_hexdigit())))
-        .map(|(_, bytes)| bytes)
-        .collect()
+    files_in("seeds", target)
 }
 
-fn corpus_named(target: &str) -> Vec<(String, Vec<u8>)> {
+fn files_in(kind: &str, target: &str) -> Vec<Vec<u8>> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
+        .join("../../fuzz")
+        .join(kind)
         .join(target);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
     };
-    let mut files: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    let mut files: Vec<_> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| !n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
     files.sort();
     files
         .into_iter()
-        .filter_map(|p| {
-            let name = p.file_name()?.to_string_lossy().into_owned();
-            Some((name, std::fs::read(&p).ok()?))
-        })
+        .filter_map(|p| std::fs::read(p).ok())
         .collect()
 }
