@@ -141,6 +141,21 @@ def test_bad_input_gets_sqlstates_and_the_server_stays_up(server):
     assert proc.poll() is None, "the server stays up"
 
 
+def kill_when_paused(proc, log, pause, statement):
+    """Runs `statement` on a thread, waits until the server (started with
+    TIERDB_TEST_PAUSE_AT=pause) reports it stopped at that pause point, then SIGKILLs it.
+    The 120 s bound is a liveness guard, not a timing assumption."""
+    import threading
+    import time
+    threading.Thread(target=lambda: sqlstate(statement), daemon=True).start()
+    deadline = time.time() + 120
+    while f"paused at {pause}" not in log.read_text():
+        assert time.time() < deadline and proc.poll() is None, log.read_text()[-2000:]
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+
+
 @pytest.mark.parametrize("pause,expect", [("txn-commit", 0), ("txn-committed", 2)])
 def test_sigkill_during_commit_keeps_all_or_nothing(db, tmp_path, pause, expect):
     """Killed at a known point of COMMIT (a debug build's pause point, never a sleep):
@@ -153,16 +168,7 @@ def test_sigkill_during_commit_keeps_all_or_nothing(db, tmp_path, pause, expect)
         c = psycopg.connect(dsn(port))
         c.execute("INSERT INTO k VALUES (1)")
         c.execute("INSERT INTO k VALUES (2)")
-        import threading
-        t = threading.Thread(target=lambda: sqlstate(c.commit), daemon=True)
-        t.start()
-        import time
-        deadline = time.time() + 120
-        while f"paused at {pause}" not in log.read_text():
-            assert time.time() < deadline and proc.poll() is None, log.read_text()[-2000:]
-            time.sleep(0.1)
-        proc.kill()
-        proc.wait()
+        kill_when_paused(proc, log, pause, c.commit)
     out = tierdb("sql", db, "--format", "csv", "-c", "SELECT count(*) AS n FROM k").stdout.split()
     assert out[-1] == str(expect), out
 
@@ -179,17 +185,8 @@ def test_sigkill_during_delete_with_subquery_keeps_all_or_nothing(db, tmp_path, 
     log = tmp_path / "serve.log"
     with serve(BIN, db, env=env, log=str(log)) as (proc, port):
         c = psycopg.connect(dsn(port), autocommit=True)
-        import threading
-        t = threading.Thread(target=lambda: sqlstate(lambda: c.execute(
-            "DELETE FROM a WHERE id IN (SELECT id FROM b)")), daemon=True)
-        t.start()
-        import time
-        deadline = time.time() + 120
-        while f"paused at {pause}" not in log.read_text():
-            assert time.time() < deadline and proc.poll() is None, log.read_text()[-2000:]
-            time.sleep(0.1)
-        proc.kill()
-        proc.wait()
+        kill_when_paused(proc, log, pause,
+                         lambda: c.execute("DELETE FROM a WHERE id IN (SELECT id FROM b)"))
     out = tierdb("sql", db, "--format", "csv", "-c", "SELECT id FROM a ORDER BY id").stdout.split()
     assert [int(x) for x in out[1:]] == expect, out
 
