@@ -8,7 +8,6 @@ mod bench_cmd;
 mod debug_cmd;
 mod error;
 mod kv_cmd;
-mod pg;
 mod serve;
 mod sql_cmd;
 mod stats;

@@ -227,6 +227,10 @@ async fn run_script(engine: &SqlEngine, sql: &str, format: OutputFormat) -> CliR
     // Like `psql -c`: one string of INSERTs is one implicit transaction (SqlEngine::run).
     let statements = engine.parse(sql)?;
     let (results, error) = engine.run(statements).await;
+    // As psql shows them: `BEGIN` inside a transaction, `COMMIT` outside one.
+    for n in engine.session().take_notices() {
+        eprintln!("WARNING:  {}", n.message);
+    }
     for r in &results {
         print_result(r, format)?;
     }

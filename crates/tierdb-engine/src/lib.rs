@@ -27,7 +27,9 @@ pub use tierdb_kv::Compression;
 pub use tierdb_store::{S3Options, WriteMode};
 
 mod error;
+mod supervise;
 pub use error::{Error, ErrorKind, Result};
+pub use supervise::{OpenError, Opened, Opener, Supervised};
 
 /// What a database is opened for. It only picks defaults (see [`OpenOptions::new`]): any
 /// database can be opened for any workload.

@@ -13,37 +13,12 @@ use futures::TryStreamExt;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
-use tierdb_kv::{KvDb, KvOptions};
-use tierdb_store::{TierOptions, TieredStore};
 use tierdb_tables::import::{ImportOptions, ImportProgress, ImportSummary, import};
 use tierdb_tables::provider::ScanOptions;
-use tierdb_tables::{EngineOptions, SqlEngine, TableError, Tables};
+use tierdb_tables::{SqlEngine, TableError};
 
-async fn engine_on(capacity: Arc<InMemory>, segment_rows: usize) -> SqlEngine {
-    let store = TieredStore::with_capacity(capacity, "memory".into(), TierOptions::default())
-        .await
-        .unwrap();
-    let options = KvOptions {
-        create: true,
-        compaction: false,
-        ..KvOptions::default()
-    };
-    let kv = Arc::new(KvDb::open(store, "db", "db", &options).await.unwrap());
-    let mut tables = Tables::open(tierdb_kv::KvHandle::Writer(kv));
-    tables.segment_options.segment_rows = segment_rows;
-    tables.segment_options.row_group_rows = segment_rows.min(1 << 17);
-    let opts = EngineOptions {
-        threads: 2,
-        memory_limit: 256 << 20,
-        ..EngineOptions::default()
-    };
-    SqlEngine::new(Arc::new(tables), &opts).unwrap()
-}
-
-async fn engine(segment_rows: usize) -> (SqlEngine, Arc<InMemory>) {
-    let capacity = Arc::new(InMemory::new());
-    (engine_on(capacity.clone(), segment_rows).await, capacity)
-}
+mod common;
+use common::{engine, engine_on};
 
 /// Every result as text, rows in order.
 async fn rows(e: &SqlEngine, sql: &str) -> Vec<Vec<String>> {

@@ -1,307 +1,132 @@
-//! The SQL engine: a DataFusion session over the catalog. CREATE TABLE and DROP TABLE are
-//! carried out here (they change the catalog in the KV engine); everything else is
-//! DataFusion's, with tierdb tables as its only tables.
+//! One client's session and the transaction rules every front end shares: implicit
+//! transactions, aborting on error, the notices of BEGIN/COMMIT misuse.
 
-use std::path::PathBuf;
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::common::DFSchema;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::provider_as_source;
-use datafusion::execution::cache::cache_manager::CacheManagerConfig;
-use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
-use datafusion::execution::memory_pool::FairSpillPool;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::dml::{InsertOp, WriteOp};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
-use datafusion::prelude::{SessionConfig, SessionContext};
-use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
     Expr as SqlExpr, OneOrManyWithParens, Statement as SqlStatement,
 };
-use datafusion::sql::sqlparser::dialect::GenericDialect;
+use futures::StreamExt;
 
+use super::{CATALOG, LocalPlanner, SCHEMA, StatementKind, StatementResult, parse};
 use crate::catalog::{ColumnDef, ColumnType};
 use crate::error::{Result, TableError};
-use crate::joinorder::{Cardinalities, JoinReorder};
-use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema, TierTable};
+use crate::joinorder::Cardinalities;
+use crate::provider::{ScanCounters, ScanOptions, TierSchema, TierTable};
 use crate::tables::{NewTable, Tables};
 use crate::txn::{Transaction, TxSlot};
 
-pub const CATALOG: &str = "tierdb";
-pub const SCHEMA: &str = "public";
+/// One client's session: a DataFusion context of its own (settings, prepared plans) over
+/// the engine's catalog, and the transaction it is in, if any.
+///
+/// The session alone keeps the transaction rules; front ends (the `tierdb sql` shell, the
+/// PostgreSQL server, Python) only pass statements in:
+///
+/// 1. Outside a transaction every statement commits what it writes on its own
+///    (autocommit). Several statements sent as one batch with no BEGIN, COMMIT or ROLLBACK
+///    among them are one implicit transaction ([`SqlSession::begin_batch`]).
+/// 2. Between `BEGIN` and `COMMIT`, INSERT, UPDATE and DELETE write their segments but
+///    commit nothing; the session's reads see them; `COMMIT` makes all of them visible in
+///    one atomic catalog commit and `ROLLBACK` (or dropping the session without a commit)
+///    deletes them. CREATE TABLE and DROP TABLE are committed at once, also inside a
+///    transaction.
+/// 3. A statement that fails inside a transaction aborts it, whether it failed planning,
+///    running, streaming its rows, or was abandoned (a timeout or cancel drops it): every
+///    call that runs work does so under [`SqlSession::guarded`]. Every later statement but
+///    `ROLLBACK` (or `COMMIT`, which then rolls back) fails with SQLSTATE 25P02, as in
+///    PostgreSQL.
+/// 4. `BEGIN` inside a transaction and `COMMIT`/`ROLLBACK` outside one are not errors; they
+///    leave a warning ([`SqlSession::take_notices`]).
+pub struct SqlSession {
+    pub(super) tables: Arc<Tables>,
+    pub(super) ctx: SessionContext,
+    pub(super) schema: Arc<TierSchema>,
+    pub(super) counters: Arc<ScanCounters>,
+    pub(super) abort: Abort,
+    /// Warnings of the statements run since the last [`SqlSession::take_notices`].
+    pub(super) notices: std::sync::Mutex<Vec<Notice>>,
+    /// Measured join-input counts for the join order (`None`: join reordering is off).
+    pub(super) cards: Option<Arc<Cardinalities>>,
+    /// Queries are spread over worker processes (`EngineOptions::workers`).
+    pub(super) distributed: bool,
+}
 
-/// How a session runs.
+/// The session's transaction slot and its aborted flag: what a failure anywhere (also in a
+/// row stream the session handed out) marks.
 #[derive(Debug, Clone)]
-pub struct EngineOptions {
-    /// Parallel partitions per query (DataFusion's target_partitions).
-    pub threads: usize,
-    /// Memory for sorts, joins and aggregations before they spill to disk.
-    pub memory_limit: usize,
-    /// Where spills go (the OS temporary directory if `None`).
-    pub spill_dir: Option<PathBuf>,
-    /// Reorder inner joins by catalog statistics (see `joinorder.rs`).
-    pub join_reorder: bool,
-    /// DRAM for parsed Parquet footers and page indexes, kept across queries.
-    pub metadata_cache_bytes: usize,
-    /// Worker processes (`tierdb worker`) to spread queries over; none: this process runs
-    /// every query alone (see `distributed.rs`).
-    pub workers: Vec<url::Url>,
+pub(crate) struct Abort {
+    pub(crate) slot: Arc<TxSlot>,
+    aborted: Arc<AtomicBool>,
 }
 
-impl Default for EngineOptions {
-    fn default() -> Self {
-        EngineOptions {
-            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            memory_limit: 2 << 30,
-            spill_dir: None,
-            join_reorder: true,
-            metadata_cache_bytes: 256 << 20,
-            workers: Vec::new(),
-        }
-    }
-}
-
-/// What a statement returned: rows, or a command tag (as PostgreSQL names them).
-#[derive(Debug)]
-pub struct StatementResult {
-    pub schema: SchemaRef,
-    pub batches: Vec<RecordBatch>,
-    /// `Some("CREATE TABLE")`, `Some("INSERT 0 5")`…: no rows to show.
-    pub command: Option<String>,
-}
-
-impl StatementResult {
-    fn command(tag: impl Into<String>) -> Self {
-        StatementResult {
-            schema: Arc::new(Schema::empty()),
-            batches: Vec::new(),
-            command: Some(tag.into()),
-        }
-    }
-
-    pub fn rows(&self) -> usize {
-        self.batches.iter().map(|b| b.num_rows()).sum()
-    }
-}
-
-pub struct SqlEngine {
-    tables: Arc<Tables>,
-    /// The engine's own session (the `tierdb sql` shell's, and what new sessions copy).
-    session: SqlSession,
-}
-
-impl std::fmt::Debug for SqlEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlEngine")
-            .field("tables", &self.tables)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A query runtime with `options`' memory pool, spill directory and Parquet metadata cache
-/// (one per process: every session of the process shares it).
-pub(crate) fn runtime_env(
-    options: &EngineOptions,
-) -> Result<Arc<datafusion::execution::runtime_env::RuntimeEnv>> {
-    let mut disk = DiskManagerBuilder::default();
-    if let Some(dir) = &options.spill_dir {
-        disk = disk.with_mode(DiskManagerMode::Directories(vec![dir.clone()]));
-    }
-    Ok(RuntimeEnvBuilder::new()
-        .with_memory_pool(Arc::new(FairSpillPool::new(options.memory_limit)))
-        .with_disk_manager_builder(disk)
-        .with_cache_manager(
-            CacheManagerConfig::default().with_metadata_cache_limit(options.metadata_cache_bytes),
-        )
-        .build_arc()?)
-}
-
-/// DataFusion's own physical planner, with no distributed stages.
-#[derive(Debug)]
-struct LocalPlanner;
-
-#[async_trait::async_trait]
-impl datafusion::execution::context::QueryPlanner for LocalPlanner {
-    async fn create_physical_plan(
-        &self,
-        plan: &LogicalPlan,
-        state: &dyn datafusion::catalog::Session,
-    ) -> datafusion::common::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
-        use datafusion::physical_planner::PhysicalPlanner;
-        datafusion::physical_planner::DefaultPhysicalPlanner::default()
-            .create_physical_plan(plan, state)
-            .await
-    }
-}
-
-impl SqlEngine {
-    pub fn new(tables: Arc<Tables>, options: &EngineOptions) -> Result<Self> {
-        let slot = Arc::new(TxSlot::default());
-        let config = SessionConfig::new()
-            .with_target_partitions(options.threads.max(1))
-            .with_information_schema(true)
-            // Hash joins collect their (build) left side once instead of repartitioning both
-            // sides by key: with the join order below, the left sides are the filtered
-            // dimensions and the fact table streams through without a shuffle.
-            .with_repartition_joins(false)
-            .with_create_default_catalog_and_schema(false)
-            .with_default_catalog_and_schema(CATALOG, SCHEMA)
-            .with_extension(slot.clone());
-        let runtime = runtime_env(options)?;
-        // PostgreSQL's arithmetic: integer overflow fails, sum(bigint) is numeric (`checked.rs`).
-        let mut analyzer = datafusion::optimizer::Analyzer::new().rules;
-        analyzer.push(Arc::new(crate::checked::CheckedArithmetic::default()));
-        let mut state = datafusion::execution::SessionStateBuilder::new()
-            .with_config(config)
-            .with_runtime_env(runtime)
-            .with_default_features()
-            .with_analyzer_rules(analyzer);
-        let cards = options
-            .join_reorder
-            .then(|| Arc::new(Cardinalities::default()));
-        if let Some(cards) = &cards {
-            // Right after filters are pushed down (the estimates read them), before
-            // projections are pruned.
-            let mut rules = datafusion::optimizer::Optimizer::new().rules;
-            let at = rules
-                .iter()
-                .position(|r| r.name() == "push_down_filter")
-                .map_or(rules.len(), |i| i + 1);
-            rules.insert(at, Arc::new(JoinReorder::new(cards.clone())));
-            state = state.with_optimizer_rules(rules);
-        }
-        let state = crate::distributed::coordinate(state, &options.workers);
-        let ctx = SessionContext::new_with_state(state.build());
-        for f in crate::checked::functions() {
-            ctx.register_udf(f.as_ref().clone());
-        }
-        ctx.register_udaf(crate::checked::SumAsNumeric::udaf());
-        let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
-        ctx.register_object_store(&url, Arc::new(tables.df_store().clone()));
-        let counters = Arc::new(ScanCounters::default());
-        let schema = Arc::new(TierSchema::new(tables.clone(), counters.clone()));
-        let catalog = MemoryCatalogProvider::new();
-        catalog.register_schema(SCHEMA, schema.clone())?;
-        ctx.register_catalog(CATALOG, Arc::new(catalog));
-        Ok(SqlEngine {
-            tables: tables.clone(),
-            session: SqlSession {
-                tables,
-                ctx,
-                schema,
-                counters,
-                slot,
-                aborted: Default::default(),
-                cards,
-                distributed: !options.workers.is_empty(),
-            },
-        })
-    }
-
-    pub fn tables(&self) -> &Arc<Tables> {
-        &self.tables
-    }
-
-    pub fn context(&self) -> &SessionContext {
-        &self.session.ctx
-    }
-
-    /// The engine's own session.
-    pub fn session(&self) -> &SqlSession {
-        &self.session
-    }
-
-    /// A new session for one client: its own DataFusion context (settings, transaction)
-    /// over the same catalog, store, caches and memory pool as every other session.
-    /// Functions and schemas registered on the engine's context before are there too.
-    pub fn new_session(&self) -> SqlSession {
-        let slot = Arc::new(TxSlot::default());
-        let base = self.session.ctx.state();
-        let config = base.config().clone().with_extension(slot.clone());
-        let state = datafusion::execution::SessionStateBuilder::new_from_existing(base)
-            .with_config(config)
-            .build();
-        SqlSession {
-            tables: self.tables.clone(),
-            ctx: SessionContext::new_with_state(state),
-            schema: self.session.schema.clone(),
-            counters: self.session.counters.clone(),
+impl Abort {
+    pub(super) fn new(slot: Arc<TxSlot>) -> Self {
+        Abort {
             slot,
             aborted: Default::default(),
-            cards: self.session.cards.clone(),
-            distributed: self.session.distributed,
         }
     }
 
-    /// Extent elimination counters over every scan of this session.
-    pub fn scan_counters(&self) -> &Arc<ScanCounters> {
-        &self.session.counters
+    fn fail(&self) {
+        if self.slot.current().is_some() {
+            self.aborted.store(true, Ordering::Release);
+        }
     }
 
-    pub fn set_scan_options(&self, options: ScanOptions) {
-        self.session.schema.set_options(options);
+    fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
     }
 
-    /// Makes this session read segment files straight from the local filesystem, where
-    /// `root` is the directory the database's store is rooted at, instead of through the
-    /// tiered store and the checksum check: the same plans with none of tierdb's store
-    /// layers, to measure what they cost. Only for a database in a local directory, and
-    /// only for measuring: nothing read this way is verified.
-    pub fn read_files_directly(&self, root: &std::path::Path) -> Result<()> {
-        let fs = object_store_df::local::LocalFileSystem::new_with_prefix(root)
-            .map_err(|e| TableError::Schema(format!("{}: {e}", root.display())))?;
-        let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
-        self.session.ctx.register_object_store(&url, Arc::new(fs));
-        Ok(())
-    }
-
-    /// Splits `sql` into statements; a syntax error names the line and column.
-    pub fn parse(&self, sql: &str) -> Result<Vec<DfStatement>> {
-        parse(sql)
-    }
-
-    /// Runs every statement of `sql` in order in the engine's session, stopping at the
-    /// first error (see [`SqlSession::run`] for which query strings are one transaction).
-    pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
-        self.session.sql(sql).await
-    }
-
-    /// [`SqlSession::run`] in the engine's session.
-    pub async fn run(
-        &self,
-        statements: Vec<DfStatement>,
-    ) -> (Vec<StatementResult>, Option<TableError>) {
-        self.session.run(statements).await
-    }
-
-    /// Runs one statement (committing what it writes unless a transaction is open).
-    pub async fn execute(&self, stmt: DfStatement) -> Result<StatementResult> {
-        self.session.execute(stmt).await
+    fn clear(&self) -> bool {
+        self.aborted.swap(false, Ordering::AcqRel)
     }
 }
 
-/// Splits `sql` into statements; a syntax error names the line and column.
-pub fn parse(sql: &str) -> Result<Vec<DfStatement>> {
-    Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?
-        .into_iter()
-        .map(|mut s| {
-            if let DfStatement::Statement(st) = &mut s {
-                crate::parsefix::repair(st);
-            }
-            s
-        })
-        .collect())
+/// Fails the session when dropped armed: the work it guards failed or was abandoned.
+struct FailUnlessDone<'a>(Option<&'a Abort>);
+
+impl Drop for FailUnlessDone<'_> {
+    fn drop(&mut self) {
+        if let Some(abort) = self.0 {
+            abort.fail();
+        }
+    }
+}
+
+/// A warning a statement left (PostgreSQL's NoticeResponse, severity WARNING).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// SQLSTATE, e.g. `25001`.
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// A batch of statements sent together (a multi-statement query string); see
+/// [`SqlSession::begin_batch`].
+#[derive(Debug)]
+#[must_use = "end the batch with SqlSession::end_batch"]
+pub struct Batch {
+    implicit: bool,
 }
 
 /// What a statement produced: rows still to be read, or a command tag.
 #[derive(Debug)]
 pub enum Outcome {
     /// A query's rows, computed as they are read.
-    Rows(DataFrame),
+    Rows(Rows),
     /// `"INSERT 0 5"`, `"UPDATE 3"`, `"BEGIN"`…
     Command(String),
 }
@@ -309,11 +134,11 @@ pub enum Outcome {
 impl Outcome {
     pub async fn collect(self) -> Result<StatementResult> {
         Ok(match self {
-            Outcome::Rows(df) => {
-                let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+            Outcome::Rows(rows) => {
+                let schema = Arc::new(rows.schema().as_arrow().clone());
                 StatementResult {
                     schema,
-                    batches: df.collect().await?,
+                    batches: rows.collect().await?,
                     command: None,
                 }
             }
@@ -322,71 +147,39 @@ impl Outcome {
     }
 }
 
-/// How a statement is run in a session (decided from its syntax, before planning).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StatementKind {
-    Begin,
-    Commit,
-    Rollback,
-    Savepoint,
-    Release,
-    /// ROLLBACK TO SAVEPOINT.
-    RollbackTo,
-    /// CREATE TABLE, DROP TABLE: committed at once, also inside a transaction.
-    Ddl,
-    /// VACUUM: deletes unreferenced segment files.
-    Vacuum,
-    /// INSERT, UPDATE, DELETE.
-    Write,
-    /// Everything else DataFusion plans (queries, EXPLAIN, SHOW TABLES…).
-    Query,
+/// A query's rows, not yet computed. An error while they are computed aborts the session's
+/// transaction, as any failed statement does (rule 3 of [`SqlSession`]).
+#[derive(Debug)]
+pub struct Rows {
+    df: DataFrame,
+    abort: Abort,
 }
 
-impl StatementKind {
-    pub fn of(stmt: &DfStatement) -> Self {
-        let DfStatement::Statement(s) = stmt else {
-            return StatementKind::Query;
-        };
-        match s.as_ref() {
-            SqlStatement::StartTransaction { .. } => StatementKind::Begin,
-            SqlStatement::Commit { .. } => StatementKind::Commit,
-            SqlStatement::Rollback {
-                savepoint: Some(_), ..
-            } => StatementKind::RollbackTo,
-            SqlStatement::Rollback { .. } => StatementKind::Rollback,
-            SqlStatement::Savepoint { .. } => StatementKind::Savepoint,
-            SqlStatement::ReleaseSavepoint { .. } => StatementKind::Release,
-            SqlStatement::CreateTable(_) | SqlStatement::Drop { .. } => StatementKind::Ddl,
-            SqlStatement::Vacuum(_) => StatementKind::Vacuum,
-            SqlStatement::Insert(_) | SqlStatement::Update(_) | SqlStatement::Delete(_) => {
-                StatementKind::Write
-            }
-            _ => StatementKind::Query,
-        }
+impl Rows {
+    pub fn schema(&self) -> &DFSchema {
+        self.df.schema()
     }
-}
 
-/// One client's session: a DataFusion context of its own (settings, prepared plans) over
-/// the engine's catalog, and the transaction it is in, if any.
-///
-/// Outside a transaction every statement commits what it writes on its own (autocommit).
-/// Between `BEGIN` and `COMMIT`, INSERT, UPDATE and DELETE write their segments but commit
-/// nothing; the session's reads see them; `COMMIT` makes all of them visible in one atomic
-/// catalog commit and `ROLLBACK` (or dropping the session without a commit) deletes them.
-/// CREATE TABLE and DROP TABLE are committed at once, also inside a transaction. After a
-/// statement fails inside a transaction, every statement but `ROLLBACK` (or `COMMIT`, which
-/// then rolls back) fails with SQLSTATE 25P02, as in PostgreSQL.
-pub struct SqlSession {
-    tables: Arc<Tables>,
-    ctx: SessionContext,
-    schema: Arc<TierSchema>,
-    counters: Arc<ScanCounters>,
-    slot: Arc<TxSlot>,
-    aborted: std::sync::atomic::AtomicBool,
-    /// Measured join-input counts for the join order (`None`: join reordering is off).
-    cards: Option<Arc<Cardinalities>>,
-    /// Queries are spread over worker processes (`EngineOptions::workers`).
-    distributed: bool,
+    /// The rows as a stream.
+    pub async fn execute_stream(self) -> Result<SendableRecordBatchStream> {
+        let guard = FailUnlessDone(Some(&self.abort));
+        let stream = self.df.execute_stream().await?;
+        std::mem::forget(guard);
+        let abort = self.abort.clone();
+        let schema = stream.schema();
+        let stream = stream.inspect(move |r| {
+            if r.is_err() {
+                abort.fail();
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+
+    /// All the rows.
+    pub async fn collect(self) -> Result<Vec<RecordBatch>> {
+        let stream = self.execute_stream().await?;
+        Ok(datafusion::physical_plan::common::collect(stream).await?)
+    }
 }
 
 impl std::fmt::Debug for SqlSession {
@@ -401,7 +194,7 @@ impl Drop for SqlSession {
     fn drop(&mut self) {
         // A session that ends inside a transaction (a dropped connection) rolls it back:
         // its segment files were never committed.
-        if let Some(tx) = self.slot.set(None)
+        if let Some(tx) = self.abort.slot.set(None)
             && !tx.is_empty()
         {
             let tables = self.tables.clone();
@@ -422,17 +215,34 @@ impl SqlSession {
     }
 
     pub fn in_transaction(&self) -> bool {
-        self.slot.current().is_some()
+        self.abort.slot.current().is_some()
     }
 
     /// The open transaction, if any.
     pub fn transaction(&self) -> Option<Arc<Transaction>> {
-        self.slot.current()
+        self.abort.slot.current()
     }
 
     /// Inside a transaction that a failed statement aborted.
     pub fn is_aborted(&self) -> bool {
-        self.aborted.load(std::sync::atomic::Ordering::Acquire)
+        self.abort.is_aborted()
+    }
+
+    /// The warnings left since the last call (oldest first).
+    pub fn take_notices(&self) -> Vec<Notice> {
+        self.notices
+            .lock()
+            .map(|mut n| std::mem::take(&mut *n))
+            .unwrap_or_default()
+    }
+
+    fn notice(&self, code: &'static str, message: &str) {
+        if let Ok(mut n) = self.notices.lock() {
+            n.push(Notice {
+                code,
+                message: message.into(),
+            });
+        }
     }
 
     /// Runs every statement of `sql` in order, stopping at the first error.
@@ -444,29 +254,14 @@ impl SqlSession {
         }
     }
 
-    /// Runs statements in order, stopping at the first error; returns the results of the
-    /// statements that ran and that error.
-    ///
-    /// Outside a transaction, several statements with no BEGIN, COMMIT or ROLLBACK among
-    /// them are one implicit transaction, as a multi-statement query string is in
-    /// PostgreSQL: their writes are committed together after the last one, and if any
-    /// fails none is. (If the commit itself fails, its outcome may be unknown: see
-    /// [`Tables::commit_writes`].)
+    /// Runs statements in order as one batch ([`SqlSession::begin_batch`]), stopping at
+    /// the first error; returns the results of the statements that ran and that error.
     pub async fn run(
         &self,
         statements: Vec<DfStatement>,
     ) -> (Vec<StatementResult>, Option<TableError>) {
-        let implicit = statements.len() > 1
-            && !self.in_transaction()
-            && statements.iter().all(|s| {
-                !matches!(
-                    StatementKind::of(s),
-                    StatementKind::Begin | StatementKind::Commit | StatementKind::Rollback
-                )
-            });
-        if implicit {
-            self.slot.set(Some(Arc::new(Transaction::default())));
-        }
+        let kinds: Vec<_> = statements.iter().map(StatementKind::of).collect();
+        let batch = self.begin_batch(&kinds);
         let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
             let r = match self.execute_outcome(stmt, None).await {
@@ -476,55 +271,98 @@ impl SqlSession {
             match r {
                 Ok(r) => out.push(r),
                 Err(e) => {
-                    if implicit {
-                        self.rollback().await;
-                    } else {
-                        self.fail();
-                    }
+                    let _ = self.end_batch(batch, false).await;
                     return (out, Some(e));
                 }
             }
         }
-        if implicit && let Err(e) = self.commit().await {
-            return (out, Some(e));
+        match self.end_batch(batch, true).await {
+            Ok(()) => (out, None),
+            Err(e) => (out, Some(e)),
         }
-        (out, None)
+    }
+
+    /// Starts a batch of statements sent together, of these kinds. Outside a transaction,
+    /// several statements with no BEGIN, COMMIT or ROLLBACK among them are one implicit
+    /// transaction, as a multi-statement query string is in PostgreSQL: their writes are
+    /// committed together by [`SqlSession::end_batch`] after the last one, and if any
+    /// fails none is.
+    pub fn begin_batch(&self, kinds: &[StatementKind]) -> Batch {
+        let implicit = kinds.len() > 1
+            && !self.in_transaction()
+            && kinds.iter().all(|k| {
+                !matches!(
+                    k,
+                    StatementKind::Begin | StatementKind::Commit | StatementKind::Rollback
+                )
+            });
+        if implicit {
+            self.abort.slot.set(Some(Arc::new(Transaction::default())));
+        }
+        Batch { implicit }
+    }
+
+    /// Ends a batch: `ok` (every statement ran) commits its implicit transaction, else it
+    /// is rolled back. (If the commit itself fails, its outcome may be unknown: see
+    /// [`Tables::commit_writes`].)
+    pub async fn end_batch(&self, batch: Batch, ok: bool) -> Result<()> {
+        if !batch.implicit {
+            return Ok(());
+        }
+        if ok && !self.is_aborted() {
+            self.commit().await.map(|_| ())
+        } else {
+            self.rollback().await;
+            Ok(())
+        }
     }
 
     /// Runs one statement and reads all its rows.
     pub async fn execute(&self, stmt: DfStatement) -> Result<StatementResult> {
-        match self.execute_outcome(stmt, None).await {
-            Ok(o) => o.collect().await,
-            Err(e) => {
-                self.fail();
-                Err(e)
+        self.guarded(async {
+            match self.execute_outcome(stmt, None).await {
+                Ok(o) => o.collect().await,
+                Err(e) => Err(e),
             }
+        })
+        .await
+    }
+
+    /// Runs `work` for this session: if it fails, or is dropped before it finishes (a
+    /// statement timeout, a cancel, a closed connection), the open transaction is
+    /// aborted. Front ends wrap in it what they do for a statement outside the session's
+    /// own calls (a COPY's data, binding parameters).
+    pub async fn guarded<T, E>(
+        &self,
+        work: impl Future<Output = std::result::Result<T, E>>,
+    ) -> std::result::Result<T, E> {
+        let mut guard = FailUnlessDone(Some(&self.abort));
+        let r = work.await;
+        if r.is_ok() {
+            guard.0 = None;
         }
+        r
     }
 
     /// Notes that a statement failed: inside a transaction, the transaction is aborted.
+    /// For failures no guarded call saw (a COPY's data stream).
     pub fn fail(&self) {
-        if self.in_transaction() {
-            self.aborted
-                .store(true, std::sync::atomic::Ordering::Release);
-        }
+        self.abort.fail();
     }
 
     /// Starts a transaction (a no-op inside one, as PostgreSQL only warns).
     pub fn begin(&self) {
-        if !self.in_transaction() {
-            self.slot.set(Some(Arc::new(Transaction::default())));
-            self.aborted
-                .store(false, std::sync::atomic::Ordering::Release);
+        if self.in_transaction() {
+            return;
         }
+        self.abort.slot.set(Some(Arc::new(Transaction::default())));
+        self.abort.clear();
     }
 
     /// Commits the transaction; an aborted one is rolled back instead (returns `false`).
     pub async fn commit(&self) -> Result<bool> {
-        let aborted = self
-            .aborted
-            .swap(false, std::sync::atomic::Ordering::AcqRel);
-        let Some(tx) = self.slot.set(None) else {
+        let aborted = self.abort.clear();
+        let Some(tx) = self.abort.slot.set(None) else {
             return Ok(true);
         };
         if aborted {
@@ -536,9 +374,8 @@ impl SqlSession {
     }
 
     pub async fn rollback(&self) {
-        self.aborted
-            .store(false, std::sync::atomic::Ordering::Release);
-        if let Some(tx) = self.slot.set(None) {
+        self.abort.clear();
+        if let Some(tx) = self.abort.slot.set(None) {
             tx.rollback(&self.tables).await;
         }
     }
@@ -581,8 +418,7 @@ impl SqlSession {
             }
             _ => {
                 tx.rollback_to(&name, &self.tables).await?;
-                self.aborted
-                    .store(false, std::sync::atomic::Ordering::Release);
+                self.abort.clear();
                 "ROLLBACK".into()
             }
         }))
@@ -590,7 +426,35 @@ impl SqlSession {
 
     /// The plan of a statement DataFusion plans (a query, INSERT, UPDATE, DELETE), with
     /// its parameters (`$1`…) still in it; `None` for statements tierdb runs itself.
+    /// Refused in an aborted transaction unless the statement ends it; a statement that
+    /// cannot be planned aborts the transaction.
     pub async fn plan(&self, stmt: &DfStatement) -> Result<Option<LogicalPlan>> {
+        self.guarded(async {
+            self.refuse_if_aborted(StatementKind::of(stmt))?;
+            self.plan_unguarded(stmt).await
+        })
+        .await
+    }
+
+    /// Fails with 25P02 in an aborted transaction, unless `kind` ends it.
+    pub fn refuse_if_aborted(&self, kind: StatementKind) -> Result<()> {
+        if self.is_aborted()
+            && !matches!(
+                kind,
+                StatementKind::Commit | StatementKind::Rollback | StatementKind::RollbackTo
+            )
+        {
+            return Err(TableError::Transaction {
+                code: "25P02",
+                message: "current transaction is aborted, commands ignored until end of \
+                          transaction block (send ROLLBACK)"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn plan_unguarded(&self, stmt: &DfStatement) -> Result<Option<LogicalPlan>> {
         if !matches!(
             StatementKind::of(stmt),
             StatementKind::Query | StatementKind::Write
@@ -608,26 +472,32 @@ impl SqlSession {
     }
 
     /// Runs one statement; `plan` is its plan from [`SqlSession::plan`] with the
-    /// parameters bound (planned again from the statement if `None`). Does not mark the
-    /// transaction aborted on failure: the caller calls [`SqlSession::fail`].
+    /// parameters bound (planned again from the statement if `None`). A failure (or
+    /// dropping the call) aborts the open transaction (rule 3 of [`SqlSession`]).
     pub async fn execute_outcome(
+        &self,
+        stmt: DfStatement,
+        plan: Option<LogicalPlan>,
+    ) -> Result<Outcome> {
+        self.guarded(self.execute_unguarded(stmt, plan)).await
+    }
+
+    async fn execute_unguarded(
         &self,
         mut stmt: DfStatement,
         plan: Option<LogicalPlan>,
     ) -> Result<Outcome> {
         let kind = StatementKind::of(&stmt);
-        if self.is_aborted()
-            && !matches!(
-                kind,
-                StatementKind::Commit | StatementKind::Rollback | StatementKind::RollbackTo
-            )
-        {
-            return Err(TableError::Transaction {
-                code: "25P02",
-                message: "current transaction is aborted, commands ignored until end of \
-                          transaction block (send ROLLBACK)"
-                    .into(),
-            });
+        self.refuse_if_aborted(kind)?;
+        match kind {
+            StatementKind::Begin if self.in_transaction() => {
+                self.notice("25001", "there is already a transaction in progress");
+                return Ok(Outcome::Command("BEGIN".into()));
+            }
+            StatementKind::Commit | StatementKind::Rollback if !self.in_transaction() => {
+                self.notice("25P01", "there is no transaction in progress");
+            }
+            _ => {}
         }
         match kind {
             StatementKind::Begin => {
@@ -723,9 +593,10 @@ impl SqlSession {
             }
             plan => {
                 self.measure_join_inputs(&plan).await;
-                Ok(Outcome::Rows(
-                    self.exec_ctx().execute_logical_plan(plan).await?,
-                ))
+                Ok(Outcome::Rows(Rows {
+                    df: self.exec_ctx().execute_logical_plan(plan).await?,
+                    abort: self.abort.clone(),
+                }))
             }
         }
     }
@@ -735,7 +606,7 @@ impl SqlSession {
     /// read and no worker can: they are in no catalog yet), the same without the
     /// distributed planner, so the statement runs in this process alone.
     fn exec_ctx(&self) -> SessionContext {
-        if !self.distributed || self.slot.current().is_none_or(|tx| tx.is_empty()) {
+        if !self.distributed || self.abort.slot.current().is_none_or(|tx| tx.is_empty()) {
             return self.ctx.clone();
         }
         self.local_ctx()

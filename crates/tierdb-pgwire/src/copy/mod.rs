@@ -1,0 +1,272 @@
+//! COPY: `COPY t FROM STDIN` spools the client's data and imports it through the import
+//! path (sorted on ingest; one commit, or the session's transaction); `COPY … TO STDOUT`
+//! streams a query's rows out. The data formats are in [`format`].
+
+mod format;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, Statement};
+use futures::{Sink, SinkExt};
+use pgwire::api::ClientInfo;
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::results::{CopyResponse, Response, Tag};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use tierdb_tables::TableError;
+use tierdb_tables::import::{Format as ImportFormat, ImportOptions, ImportProgress};
+use tierdb_tables::sql::{Outcome, SqlSession};
+
+use crate::conn::ConnState;
+use crate::errors::{table_error, user_error};
+use format::{CopyOptions, Spool, copy_out_stream};
+
+/// A COPY FROM STDIN in progress.
+#[derive(Debug)]
+pub(crate) struct CopyIn {
+    session: Arc<SqlSession>,
+    table: String,
+    spool: Spool,
+}
+
+impl ConnState {
+    /// `COPY table FROM STDIN` starts a copy-in (finished in [`CopyHandler`]); `COPY table
+    /// TO STDOUT` and `COPY (query) TO STDOUT` stream the rows out.
+    pub(crate) async fn copy<C>(
+        &self,
+        session: &Arc<SqlSession>,
+        stmt: Statement,
+        _client: &mut C,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + Send + Sync,
+    {
+        let Statement::Copy {
+            source,
+            to,
+            target,
+            options,
+            legacy_options,
+            ..
+        } = stmt
+        else {
+            return Err(user_error("XX000", "not a COPY statement".into()));
+        };
+        let opts = CopyOptions::parse(&options, &legacy_options)?;
+        match (to, target) {
+            (false, CopyTarget::Stdin) => {
+                let CopySource::Table {
+                    table_name,
+                    columns,
+                } = source
+                else {
+                    return Err(user_error("42601", "COPY FROM needs a table".into()));
+                };
+                let name = table_name
+                    .0
+                    .last()
+                    .map(|p| p.to_string().trim_matches('"').to_string())
+                    .unwrap_or_default();
+                let def = session
+                    .tables()
+                    .require(&name)
+                    .await
+                    .map_err(|e| table_error(&e))?;
+                let listed: Vec<String> = columns.iter().map(|c| c.value.clone()).collect();
+                let all: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
+                if !listed.is_empty() && listed != all {
+                    return Err(user_error(
+                        "0A000",
+                        format!(
+                            "COPY {name} ({}) FROM STDIN: tierdb copies every column in table \
+                             order; list none, or ({})",
+                            listed.join(", "),
+                            all.join(", ")
+                        ),
+                    ));
+                }
+                let spool = Spool::new(opts)
+                    .map_err(|e| user_error("58030", format!("cannot spool COPY data: {e}")))?;
+                *self.copy.lock().await = Some(CopyIn {
+                    session: session.clone(),
+                    table: name,
+                    spool,
+                });
+                Ok(Response::CopyIn(CopyResponse::new(
+                    0,
+                    all.len(),
+                    futures::stream::empty(),
+                )))
+            }
+            (true, CopyTarget::Stdout) => {
+                let query = match source {
+                    CopySource::Query(q) => Statement::Query(q),
+                    CopySource::Table {
+                        table_name,
+                        columns,
+                    } => {
+                        let cols = if columns.is_empty() {
+                            "*".to_string()
+                        } else {
+                            columns
+                                .iter()
+                                .map(|c| c.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        };
+                        let sql = format!("SELECT {cols} FROM {table_name}");
+                        crate::parse::parse(&self.parser, &sql)?
+                            .into_iter()
+                            .next()
+                            .ok_or_else(|| user_error("42601", "empty COPY query".into()))?
+                    }
+                };
+                let outcome = session
+                    .execute_outcome(DfStatement::Statement(Box::new(query)), None)
+                    .await
+                    .map_err(|e| table_error(&e))?;
+                let Outcome::Rows(rows) = outcome else {
+                    return Err(user_error("42601", "COPY TO needs a query".into()));
+                };
+                let columns = rows.schema().fields().len();
+                let header = opts.header.then(|| {
+                    rows.schema()
+                        .fields()
+                        .iter()
+                        .map(|f| opts.field(Some(f.name())))
+                        .collect::<Vec<_>>()
+                        .join(&(opts.delimiter as char).to_string())
+                });
+                // An error while the rows stream aborts the transaction (the session's Rows).
+                let stream = rows.execute_stream().await.map_err(|e| table_error(&e))?;
+                let data = copy_out_stream(stream, opts, header);
+                Ok(Response::CopyOut(CopyResponse::new(0, columns, data)))
+            }
+            (_, other) => Err(user_error(
+                "0A000",
+                format!(
+                    "COPY … {other} is not supported by tierdb serve: use FROM STDIN or TO \
+                     STDOUT (psql's \\copy reads and writes client-side files that way)"
+                ),
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl CopyHandler for ConnState {
+    async fn on_copy_data<C>(&self, _client: &mut C, data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut copy = self.copy.lock().await;
+        let Some(c) = copy.as_mut() else {
+            return Err(user_error(
+                "08P01",
+                "CopyData without a COPY in progress".into(),
+            ));
+        };
+        if let Err(e) = c.spool.add(&data.data) {
+            // Outside any session call: the one place a COPY's failure is noted by hand.
+            c.session.fail();
+            *copy = None;
+            return Err(user_error("58030", format!("cannot spool COPY data: {e}")));
+        }
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let Some(mut c) = self.copy.lock().await.take() else {
+            return Err(user_error(
+                "08P01",
+                "CopyDone without a COPY in progress".into(),
+            ));
+        };
+        let session = c.session.clone();
+        let rows = session.guarded(self.import_copy(&mut c)).await?;
+        let tag = Tag::new("COPY").with_rows(rows as usize);
+        client
+            .send(PgWireBackendMessage::CommandComplete(tag.into()))
+            .await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(&self, _client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let Some(c) = self.copy.lock().await.take() {
+            c.session.fail();
+        }
+        user_error(
+            "57014",
+            format!(
+                "COPY from stdin failed: {}; nothing was copied",
+                fail.message
+            ),
+        )
+    }
+}
+
+impl ConnState {
+    async fn import_copy(&self, c: &mut CopyIn) -> PgWireResult<u64> {
+        c.spool
+            .finish()
+            .map_err(|e| user_error("58030", format!("cannot spool COPY data: {e}")))?;
+        let rejects = tempfile::NamedTempFile::new()
+            .map_err(|e| user_error("58030", format!("cannot spool COPY data: {e}")))?;
+        let options = ImportOptions {
+            format: Some(ImportFormat::Csv),
+            delimiter: Some(if c.spool.options.csv {
+                c.spool.options.delimiter
+            } else {
+                b','
+            }),
+            header: Some(c.spool.options.csv && c.spool.options.header),
+            // Like PostgreSQL: one bad row fails the whole COPY.
+            max_rejects: 0,
+            reject_file: rejects.path().to_path_buf(),
+            threads: 2,
+            transaction: c.session.transaction(),
+        };
+        let summary = tierdb_tables::import::import(
+            c.session.tables().clone(),
+            &c.table,
+            &[c.spool.file.path().to_path_buf()],
+            &options,
+            c.session.context().task_ctx(),
+            Arc::new(ImportProgress::default()),
+        )
+        .await;
+        match summary {
+            Ok(s) => Ok(s.rows),
+            // An empty COPY copies nothing, successfully (the import path refuses it).
+            Err(TableError::Import(m)) if m.starts_with("the input holds no rows") => Ok(0),
+            Err(TableError::Import(m)) => {
+                // The reject file names the spool file; say "line N of the COPY data".
+                let spool = c.spool.file.path().display().to_string();
+                let m = m.replace(&format!("{spool}:"), "COPY data, line ");
+                let m = m
+                    .split("; that is 1 rejected rows")
+                    .next()
+                    .unwrap_or(&m)
+                    .to_string();
+                Err(user_error("22P04", format!("{m}; nothing was copied")))
+            }
+            Err(e) => Err(self.failed(&e).await),
+        }
+    }
+}

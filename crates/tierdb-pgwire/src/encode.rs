@@ -1,0 +1,95 @@
+//! Answers on the wire: a query's rows (text or binary per column, stopped by the statement
+//! timeout or a CancelRequest) and command tags.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion_postgres::arrow_pg::datatypes::encode_recordbatch;
+use futures::StreamExt;
+use pgwire::api::results::{FieldInfo, Tag};
+use pgwire::error::PgWireResult;
+use tierdb_tables::TableError;
+
+use crate::errors::{canceled, table_error, timed_out};
+
+/// A query's rows, encoded as the client asked (text or binary per column), computed as
+/// they are sent; past the statement timeout, or on a CancelRequest, the stream ends with
+/// SQLSTATE 57014 (and the query's stream is dropped: DataFusion stops).
+pub(crate) fn encode_rows(
+    fields: Arc<Vec<FieldInfo>>,
+    stream: datafusion::execution::SendableRecordBatchStream,
+    deadline: Option<tokio::time::Instant>,
+    mut cancel: tokio::sync::watch::Receiver<u64>,
+) -> impl futures::Stream<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send + 'static {
+    cancel.mark_unchanged();
+    let rows = stream
+        .map(move |batch| match batch {
+            Ok(b) => {
+                futures::stream::iter(encode_recordbatch(fields.clone(), b).collect::<Vec<_>>())
+            }
+            Err(e) => futures::stream::iter(vec![Err(table_error(&TableError::from(e)))]),
+        })
+        .flatten();
+    let rows = Box::pin(rows);
+    futures::stream::unfold(Some((rows, cancel)), move |state| async move {
+        let (mut rows, mut cancel) = state?;
+        let expired = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let next = tokio::select! {
+            item = rows.next() => item,
+            () = expired => return Some((Err(timed_out()), None)),
+            Ok(()) = cancel.changed() => return Some((Err(canceled()), None)),
+        };
+        next.map(|item| (item, Some((rows, cancel))))
+    })
+}
+
+/// A value's text as PostgreSQL writes it (booleans as `t`/`f`).
+pub(crate) fn pg_text(ty: &DataType, text: String) -> String {
+    match (ty, text.as_str()) {
+        (DataType::Boolean, "true") => "t".into(),
+        (DataType::Boolean, "false") => "f".into(),
+        _ => text,
+    }
+}
+
+/// `INSERT 0 5` / `UPDATE 3` / `CREATE TABLE` as a pgwire tag.
+pub(crate) fn command_tag(tag: &str) -> Tag {
+    let mut words = tag.split(' ');
+    let first = words.next().unwrap_or("OK");
+    let rows = tag.rsplit(' ').next().and_then(|n| n.parse::<usize>().ok());
+    match (first, rows) {
+        ("INSERT", Some(n)) => Tag::new("INSERT").with_oid(0).with_rows(n),
+        ("UPDATE" | "DELETE" | "SELECT" | "VACUUM", Some(n)) => Tag::new(first).with_rows(n),
+        _ => Tag::new(tag.split(" (").next().unwrap_or(tag)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_tags_carry_their_row_counts() {
+        let tag = |t: &str| {
+            let tag: pgwire::messages::response::CommandComplete = command_tag(t).into();
+            tag.tag
+        };
+        assert_eq!(tag("INSERT 0 5"), "INSERT 0 5");
+        assert_eq!(tag("UPDATE 3"), "UPDATE 3");
+        assert_eq!(tag("DELETE 0"), "DELETE 0");
+        assert_eq!(tag("CREATE TABLE"), "CREATE TABLE");
+        assert_eq!(tag("DROP TABLE (did not exist)"), "DROP TABLE");
+    }
+
+    #[test]
+    fn booleans_are_t_and_f() {
+        assert_eq!(pg_text(&DataType::Boolean, "true".into()), "t");
+        assert_eq!(pg_text(&DataType::Boolean, "false".into()), "f");
+        assert_eq!(pg_text(&DataType::Utf8, "true".into()), "true");
+    }
+}

@@ -1,0 +1,200 @@
+//! Query strings into statements: PostgreSQL's syntax with the rewrites that map it onto
+//! DataFusion (datafusion-pg-catalog's), then tierdb's own (CREATE TABLE … ORDER BY).
+//! Pure functions: tested without a socket.
+
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use pgwire::error::PgWireResult;
+
+use crate::errors::{table_error, user_error};
+
+/// Splits a query string into statements: PostgreSQL's syntax first (with the
+/// rewrites that map it onto DataFusion), then tierdb's own (CREATE TABLE … ORDER BY,
+/// PARTITION BY), whose syntax errors are the ones reported.
+pub(crate) fn parse(
+    parser: &PostgresCompatibilityParser,
+    sql: &str,
+) -> PgWireResult<Vec<Statement>> {
+    // pgwire decodes a query string lossily: an invalid UTF-8 byte arrives as U+FFFD.
+    // Running it would store or compare other bytes than the client sent, so refuse
+    // (PostgreSQL: 22021). A U+FFFD the client really wrote is refused too: it cannot
+    // be told apart here.
+    if sql.contains('\u{FFFD}') {
+        return Err(user_error(
+            "22021",
+            "invalid byte sequence for encoding \"UTF8\" in the query string (or the \
+             replacement character U+FFFD, which tierdb cannot tell apart from one); send \
+             the query as UTF-8"
+                .into(),
+        ));
+    }
+    let mut statements = parse_unrepaired(parser, sql)?;
+    for s in &mut statements {
+        tierdb_tables::parsefix::repair(s);
+    }
+    Ok(statements)
+}
+
+fn parse_unrepaired(
+    parser: &PostgresCompatibilityParser,
+    sql: &str,
+) -> PgWireResult<Vec<Statement>> {
+    if let Ok(statements) = parser.parse(sql) {
+        if !sql.contains("pg_catalog") {
+            return Ok(statements);
+        }
+        return Ok(statements
+            .into_iter()
+            .map(|mut s| {
+                hoist_case_subqueries(&mut s);
+                parser.rewrite(s)
+            })
+            .collect());
+    }
+    let statements = tierdb_tables::sql::parse(sql).map_err(|e| table_error(&e))?;
+    statements
+        .into_iter()
+        .map(|s| match s {
+            DfStatement::Statement(s) => Ok(parser.rewrite(*s)),
+            other => Err(user_error(
+                "0A000",
+                format!("{other} is not supported by tierdb serve"),
+            )),
+        })
+        .collect()
+}
+
+/// Catalog queries (SQLAlchemy's, BI tools') select some columns as `CASE WHEN c THEN
+/// (correlated subquery) END`, which DataFusion cannot run. datafusion-pg-catalog's rules
+/// already answer a correlated subquery selected as a column with NULL (tierdb has no
+/// column defaults, identity columns, sequences or collations, which is what those
+/// subqueries look up); this moves `c` into the subquery's WHERE, `(SELECT … WHERE (w) AND
+/// (c))`, NULL when `c` is not true either way, so those rules apply to it as well.
+fn hoist_case_subqueries(stmt: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{Expr, SetExpr, visit_expressions_mut};
+    let _ = visit_expressions_mut(stmt, |e| {
+        if let Expr::Case {
+            operand: None,
+            conditions,
+            else_result,
+            ..
+        } = e
+            && conditions.len() == 1
+            && else_result.as_deref().is_none_or(|r| {
+                matches!(r, Expr::Value(v) if v.value == datafusion::sql::sqlparser::ast::Value::Null)
+            })
+            && let Expr::Subquery(q) = &conditions[0].result
+            && let SetExpr::Select(_) = q.body.as_ref()
+        {
+            let when = conditions.remove(0);
+            let Expr::Subquery(mut q) = when.result else {
+                return std::ops::ControlFlow::<()>::Continue(());
+            };
+            if let SetExpr::Select(sel) = q.body.as_mut() {
+                let cond = Expr::Nested(Box::new(when.condition));
+                sel.selection = Some(match sel.selection.take() {
+                    Some(w) => Expr::BinaryOp {
+                        left: Box::new(Expr::Nested(Box::new(w))),
+                        op: datafusion::sql::sqlparser::ast::BinaryOperator::And,
+                        right: Box::new(cond),
+                    },
+                    None => cond,
+                });
+            }
+            *e = Expr::Subquery(q);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// The highest `$n` in a query string: how many parameters the client binds (rewrites of
+/// catalog queries can drop some of them from the plan).
+pub(crate) fn declared_parameters(sql: &str) -> usize {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize()
+        .map(|tokens| {
+            tokens
+                .iter()
+                .filter_map(|t| match t {
+                    Token::Placeholder(p) => p.strip_prefix('$')?.parse::<usize>().ok(),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::sqlstate;
+
+    fn parse_str(sql: &str) -> PgWireResult<Vec<Statement>> {
+        parse(&PostgresCompatibilityParser::new(), sql)
+    }
+
+    #[test]
+    fn splits_statements_and_reads_tierdb_syntax() {
+        let s = parse_str("SELECT 1; SELECT 2;").expect("parses");
+        assert_eq!(s.len(), 2);
+        // tierdb's CREATE TABLE … ORDER BY is not PostgreSQL's: the second parser takes it.
+        let s = parse_str("CREATE TABLE t (a INT NOT NULL) ORDER BY (a)").expect("parses");
+        assert!(matches!(&s[..], [Statement::CreateTable(_)]), "{s:?}");
+        assert!(parse_str("").expect("parses").is_empty());
+    }
+
+    #[test]
+    fn a_syntax_error_is_42601() {
+        let e = parse_str("SELEC 1").expect_err("not SQL");
+        assert_eq!(sqlstate(&e), "42601");
+    }
+
+    #[test]
+    fn a_lossily_decoded_query_is_refused() {
+        let e = parse_str("SELECT 'a\u{FFFD}b'").expect_err("refused");
+        assert_eq!(sqlstate(&e), "22021");
+    }
+
+    #[test]
+    fn is_distinct_from_keeps_postgresql_precedence() {
+        // sqlparser reads the right side of IS DISTINCT FROM as `b AND c`; parsefix repairs it.
+        use datafusion::sql::sqlparser::ast::{Expr, SelectItem, SetExpr};
+        let s = parse_str("SELECT a IS DISTINCT FROM b AND c FROM t").expect("parses");
+        let Statement::Query(q) = &s[0] else {
+            panic!("{s:?}")
+        };
+        let SetExpr::Select(sel) = q.body.as_ref() else {
+            panic!("{q:?}")
+        };
+        let SelectItem::UnnamedExpr(e) = &sel.projection[0] else {
+            panic!("{sel:?}")
+        };
+        assert!(
+            matches!(e, Expr::BinaryOp { left, .. } if matches!(left.as_ref(), Expr::IsDistinctFrom(..))),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn case_subquery_conditions_move_into_the_subquery() {
+        let mut s =
+            parse_str("SELECT CASE WHEN c.x THEN (SELECT d FROM attrdef WHERE e) END FROM t c")
+                .expect("parses")
+                .remove(0);
+        hoist_case_subqueries(&mut s);
+        let text = s.to_string();
+        assert!(!text.contains("CASE"), "{text}");
+        assert!(text.contains("WHERE (e) AND (c.x)"), "{text}");
+    }
+
+    #[test]
+    fn declared_parameters_is_the_highest_placeholder() {
+        assert_eq!(declared_parameters("SELECT $1, $3"), 3);
+        assert_eq!(declared_parameters("SELECT '$5'"), 0);
+        assert_eq!(declared_parameters("SELECT 1"), 0);
+    }
+}

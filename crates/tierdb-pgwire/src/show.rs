@@ -1,0 +1,109 @@
+//! `SET` and `SHOW`: the settings datafusion-postgres's hook keeps, and tierdb's own
+//! (`server_version`, `tierdb.role`, `tierdb.replica_lag`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::sql::sqlparser::ast::Statement;
+use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse, Response};
+use pgwire::api::{ClientInfo, Type};
+use pgwire::error::PgWireResult;
+
+use crate::SERVER_VERSION;
+use crate::errors::table_error;
+
+/// Where datafusion-postgres's `SET statement_timeout` hook keeps the timeout.
+const METADATA_STATEMENT_TIMEOUT: &str = "statement_timeout_ms";
+
+pub(crate) fn statement_timeout<C: ClientInfo>(client: &C) -> Option<Duration> {
+    client
+        .metadata()
+        .get(METADATA_STATEMENT_TIMEOUT)
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+}
+
+pub(crate) fn is_set_or_show(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::Set(_)
+            | Statement::ShowVariable { .. }
+            | Statement::ShowStatus { .. }
+            | Statement::ShowCatalogs { .. }
+    )
+}
+
+/// The name of a `SHOW` statement's variable, lower case (`tierdb.role`).
+pub(crate) fn shown_variable(stmt: &Statement) -> Option<String> {
+    let Statement::ShowVariable { variable } = stmt else {
+        return None;
+    };
+    Some(
+        variable
+            .iter()
+            .map(|v| v.value.to_lowercase())
+            .collect::<Vec<_>>()
+            .join("."),
+    )
+}
+
+/// `SHOW server_version` answers what the startup parameters said.
+pub(crate) fn show_server_version(stmt: &Statement) -> Option<PgWireResult<Response>> {
+    let name = shown_variable(stmt)?;
+    let value = match name.as_str() {
+        "server_version" => SERVER_VERSION.to_string(),
+        "server_version_num" => "160006".to_string(),
+        _ => return None,
+    };
+    Some(Ok(one_value(name, value)))
+}
+
+/// `SHOW tierdb.role` (writer or replica) and `SHOW tierdb.replica_lag`: how old the newest
+/// commit this server sees is (on a replica, an upper bound of how far behind its writer
+/// it is; it also grows while the writer commits nothing, as PostgreSQL's
+/// `now() - pg_last_xact_replay_timestamp()` does).
+pub(crate) async fn show_replica(
+    stmt: &Statement,
+    tables: &tierdb_tables::Tables,
+) -> Option<PgWireResult<Response>> {
+    let name = shown_variable(stmt)?;
+    let value = match name.as_str() {
+        "tierdb.role" => if tables.is_read_only() {
+            "replica"
+        } else {
+            "writer"
+        }
+        .to_string(),
+        "tierdb.replica_lag" => match tables.last_commit_ms().await {
+            Err(e) => return Some(Err(table_error(&e))),
+            Ok(_) if !tables.is_read_only() => "0 (this server is the writer)".to_string(),
+            Ok(None) => "unknown (no commit seen yet)".to_string(),
+            Ok(Some(ms)) => {
+                let age = tierdb_kv::lease::now_ms().saturating_sub(ms);
+                format!(
+                    "{:.3} s (since the newest commit this replica sees)",
+                    age as f64 / 1e3
+                )
+            }
+        },
+        _ => return None,
+    };
+    Some(Ok(one_value(name, value)))
+}
+
+/// A one-row, one-column text answer named `name`.
+fn one_value(name: String, value: String) -> Response {
+    let fields = Arc::new(vec![FieldInfo::new(
+        name,
+        None,
+        None,
+        Type::TEXT,
+        FieldFormat::Text,
+    )]);
+    let mut encoder = pgwire::api::results::DataRowEncoder::new(fields.clone());
+    let row = encoder
+        .encode_field(&Some(value))
+        .map(|()| encoder.take_row());
+    Response::Query(QueryResponse::new(fields, futures::stream::iter(vec![row])))
+}

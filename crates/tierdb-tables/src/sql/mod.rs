@@ -1,0 +1,345 @@
+//! The SQL engine: a DataFusion session over the catalog. CREATE TABLE and DROP TABLE are
+//! carried out here (they change the catalog in the KV engine); everything else is
+//! DataFusion's, with tierdb tables as its only tables.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::execution::cache::cache_manager::CacheManagerConfig;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+
+use crate::error::{Result, TableError};
+use crate::joinorder::{Cardinalities, JoinReorder};
+use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema};
+use crate::tables::Tables;
+use crate::txn::TxSlot;
+
+mod session;
+
+use session::Abort;
+pub use session::{Batch, Notice, Outcome, Rows, SqlSession};
+
+pub const CATALOG: &str = "tierdb";
+pub const SCHEMA: &str = "public";
+
+/// How a session runs.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Parallel partitions per query (DataFusion's target_partitions).
+    pub threads: usize,
+    /// Memory for sorts, joins and aggregations before they spill to disk.
+    pub memory_limit: usize,
+    /// Where spills go (the OS temporary directory if `None`).
+    pub spill_dir: Option<PathBuf>,
+    /// Reorder inner joins by catalog statistics (see `joinorder.rs`).
+    pub join_reorder: bool,
+    /// DRAM for parsed Parquet footers and page indexes, kept across queries.
+    pub metadata_cache_bytes: usize,
+    /// Worker processes (`tierdb worker`) to spread queries over; none: this process runs
+    /// every query alone (see `distributed.rs`).
+    pub workers: Vec<url::Url>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            memory_limit: 2 << 30,
+            spill_dir: None,
+            join_reorder: true,
+            metadata_cache_bytes: 256 << 20,
+            workers: Vec::new(),
+        }
+    }
+}
+
+/// What a statement returned: rows, or a command tag (as PostgreSQL names them).
+#[derive(Debug)]
+pub struct StatementResult {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+    /// `Some("CREATE TABLE")`, `Some("INSERT 0 5")`…: no rows to show.
+    pub command: Option<String>,
+}
+
+impl StatementResult {
+    pub(crate) fn command(tag: impl Into<String>) -> Self {
+        StatementResult {
+            schema: Arc::new(Schema::empty()),
+            batches: Vec::new(),
+            command: Some(tag.into()),
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+pub struct SqlEngine {
+    tables: Arc<Tables>,
+    /// The engine's own session (the `tierdb sql` shell's, and what new sessions copy).
+    session: SqlSession,
+}
+
+impl std::fmt::Debug for SqlEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlEngine")
+            .field("tables", &self.tables)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A query runtime with `options`' memory pool, spill directory and Parquet metadata cache
+/// (one per process: every session of the process shares it).
+pub(crate) fn runtime_env(
+    options: &EngineOptions,
+) -> Result<Arc<datafusion::execution::runtime_env::RuntimeEnv>> {
+    let mut disk = DiskManagerBuilder::default();
+    if let Some(dir) = &options.spill_dir {
+        disk = disk.with_mode(DiskManagerMode::Directories(vec![dir.clone()]));
+    }
+    Ok(RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(FairSpillPool::new(options.memory_limit)))
+        .with_disk_manager_builder(disk)
+        .with_cache_manager(
+            CacheManagerConfig::default().with_metadata_cache_limit(options.metadata_cache_bytes),
+        )
+        .build_arc()?)
+}
+
+/// DataFusion's own physical planner, with no distributed stages.
+#[derive(Debug)]
+pub(crate) struct LocalPlanner;
+
+#[async_trait::async_trait]
+impl datafusion::execution::context::QueryPlanner for LocalPlanner {
+    async fn create_physical_plan(
+        &self,
+        plan: &LogicalPlan,
+        state: &dyn datafusion::catalog::Session,
+    ) -> datafusion::common::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        use datafusion::physical_planner::PhysicalPlanner;
+        datafusion::physical_planner::DefaultPhysicalPlanner::default()
+            .create_physical_plan(plan, state)
+            .await
+    }
+}
+
+impl SqlEngine {
+    pub fn new(tables: Arc<Tables>, options: &EngineOptions) -> Result<Self> {
+        let slot = Arc::new(TxSlot::default());
+        let config = SessionConfig::new()
+            .with_target_partitions(options.threads.max(1))
+            .with_information_schema(true)
+            // Hash joins collect their (build) left side once instead of repartitioning both
+            // sides by key: with the join order below, the left sides are the filtered
+            // dimensions and the fact table streams through without a shuffle.
+            .with_repartition_joins(false)
+            .with_create_default_catalog_and_schema(false)
+            .with_default_catalog_and_schema(CATALOG, SCHEMA)
+            .with_extension(slot.clone());
+        let runtime = runtime_env(options)?;
+        // PostgreSQL's arithmetic: integer overflow fails, sum(bigint) is numeric (`checked.rs`).
+        let mut analyzer = datafusion::optimizer::Analyzer::new().rules;
+        analyzer.push(Arc::new(crate::checked::CheckedArithmetic::default()));
+        let mut state = datafusion::execution::SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features()
+            .with_analyzer_rules(analyzer);
+        let cards = options
+            .join_reorder
+            .then(|| Arc::new(Cardinalities::default()));
+        if let Some(cards) = &cards {
+            // Right after filters are pushed down (the estimates read them), before
+            // projections are pruned.
+            let mut rules = datafusion::optimizer::Optimizer::new().rules;
+            let at = rules
+                .iter()
+                .position(|r| r.name() == "push_down_filter")
+                .map_or(rules.len(), |i| i + 1);
+            rules.insert(at, Arc::new(JoinReorder::new(cards.clone())));
+            state = state.with_optimizer_rules(rules);
+        }
+        let state = crate::distributed::coordinate(state, &options.workers);
+        let ctx = SessionContext::new_with_state(state.build());
+        for f in crate::checked::functions() {
+            ctx.register_udf(f.as_ref().clone());
+        }
+        ctx.register_udaf(crate::checked::SumAsNumeric::udaf());
+        let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
+        ctx.register_object_store(&url, Arc::new(tables.df_store().clone()));
+        let counters = Arc::new(ScanCounters::default());
+        let schema = Arc::new(TierSchema::new(tables.clone(), counters.clone()));
+        let catalog = MemoryCatalogProvider::new();
+        catalog.register_schema(SCHEMA, schema.clone())?;
+        ctx.register_catalog(CATALOG, Arc::new(catalog));
+        Ok(SqlEngine {
+            tables: tables.clone(),
+            session: SqlSession {
+                tables,
+                ctx,
+                schema,
+                counters,
+                abort: Abort::new(slot),
+                notices: Default::default(),
+                cards,
+                distributed: !options.workers.is_empty(),
+            },
+        })
+    }
+
+    pub fn tables(&self) -> &Arc<Tables> {
+        &self.tables
+    }
+
+    pub fn context(&self) -> &SessionContext {
+        &self.session.ctx
+    }
+
+    /// The engine's own session.
+    pub fn session(&self) -> &SqlSession {
+        &self.session
+    }
+
+    /// A new session for one client: its own DataFusion context (settings, transaction)
+    /// over the same catalog, store, caches and memory pool as every other session.
+    /// Functions and schemas registered on the engine's context before are there too.
+    pub fn new_session(&self) -> SqlSession {
+        let slot = Arc::new(TxSlot::default());
+        let base = self.session.ctx.state();
+        let config = base.config().clone().with_extension(slot.clone());
+        let state = datafusion::execution::SessionStateBuilder::new_from_existing(base)
+            .with_config(config)
+            .build();
+        SqlSession {
+            tables: self.tables.clone(),
+            ctx: SessionContext::new_with_state(state),
+            schema: self.session.schema.clone(),
+            counters: self.session.counters.clone(),
+            abort: Abort::new(slot),
+            notices: Default::default(),
+            cards: self.session.cards.clone(),
+            distributed: self.session.distributed,
+        }
+    }
+
+    /// Extent elimination counters over every scan of this session.
+    pub fn scan_counters(&self) -> &Arc<ScanCounters> {
+        &self.session.counters
+    }
+
+    pub fn set_scan_options(&self, options: ScanOptions) {
+        self.session.schema.set_options(options);
+    }
+
+    /// Makes this session read segment files straight from the local filesystem, where
+    /// `root` is the directory the database's store is rooted at, instead of through the
+    /// tiered store and the checksum check: the same plans with none of tierdb's store
+    /// layers, to measure what they cost. Only for a database in a local directory, and
+    /// only for measuring: nothing read this way is verified.
+    pub fn read_files_directly(&self, root: &std::path::Path) -> Result<()> {
+        let fs = object_store_df::local::LocalFileSystem::new_with_prefix(root)
+            .map_err(|e| TableError::Schema(format!("{}: {e}", root.display())))?;
+        let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
+        self.session.ctx.register_object_store(&url, Arc::new(fs));
+        Ok(())
+    }
+
+    /// Splits `sql` into statements; a syntax error names the line and column.
+    pub fn parse(&self, sql: &str) -> Result<Vec<DfStatement>> {
+        parse(sql)
+    }
+
+    /// Runs every statement of `sql` in order in the engine's session, stopping at the
+    /// first error (see [`SqlSession::run`] for which query strings are one transaction).
+    pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
+        self.session.sql(sql).await
+    }
+
+    /// [`SqlSession::run`] in the engine's session.
+    pub async fn run(
+        &self,
+        statements: Vec<DfStatement>,
+    ) -> (Vec<StatementResult>, Option<TableError>) {
+        self.session.run(statements).await
+    }
+
+    /// Runs one statement (committing what it writes unless a transaction is open).
+    pub async fn execute(&self, stmt: DfStatement) -> Result<StatementResult> {
+        self.session.execute(stmt).await
+    }
+}
+
+/// Splits `sql` into statements; a syntax error names the line and column.
+pub fn parse(sql: &str) -> Result<Vec<DfStatement>> {
+    Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?
+        .into_iter()
+        .map(|mut s| {
+            if let DfStatement::Statement(st) = &mut s {
+                crate::parsefix::repair(st);
+            }
+            s
+        })
+        .collect())
+}
+
+/// How a statement is run in a session (decided from its syntax, before planning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatementKind {
+    Begin,
+    Commit,
+    Rollback,
+    Savepoint,
+    Release,
+    /// ROLLBACK TO SAVEPOINT.
+    RollbackTo,
+    /// CREATE TABLE, DROP TABLE: committed at once, also inside a transaction.
+    Ddl,
+    /// VACUUM: deletes unreferenced segment files.
+    Vacuum,
+    /// INSERT, UPDATE, DELETE.
+    Write,
+    /// Everything else DataFusion plans (queries, EXPLAIN, SHOW TABLES…).
+    Query,
+}
+
+impl StatementKind {
+    pub fn of(stmt: &DfStatement) -> Self {
+        match stmt {
+            DfStatement::Statement(s) => Self::of_sql(s),
+            _ => StatementKind::Query,
+        }
+    }
+
+    /// [`StatementKind::of`] a statement in sqlparser's syntax tree.
+    pub fn of_sql(stmt: &SqlStatement) -> Self {
+        match stmt {
+            SqlStatement::StartTransaction { .. } => StatementKind::Begin,
+            SqlStatement::Commit { .. } => StatementKind::Commit,
+            SqlStatement::Rollback {
+                savepoint: Some(_), ..
+            } => StatementKind::RollbackTo,
+            SqlStatement::Rollback { .. } => StatementKind::Rollback,
+            SqlStatement::Savepoint { .. } => StatementKind::Savepoint,
+            SqlStatement::ReleaseSavepoint { .. } => StatementKind::Release,
+            SqlStatement::CreateTable(_) | SqlStatement::Drop { .. } => StatementKind::Ddl,
+            SqlStatement::Vacuum(_) => StatementKind::Vacuum,
+            SqlStatement::Insert(_) | SqlStatement::Update(_) | SqlStatement::Delete(_) => {
+                StatementKind::Write
+            }
+            _ => StatementKind::Query,
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The transaction rules a session keeps for every front end (`SqlSession`'s rules 1-4):
+//! implicit transactions of a batch, aborting on any failure (planning, running, streaming
+//! rows, or being dropped mid-statement), and the warnings of BEGIN/COMMIT misuse.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use futures::StreamExt;
+use tierdb_tables::sql::{Notice, Outcome, SqlSession, StatementKind};
+
+async fn count(s: &SqlSession, table: &str) -> usize {
+    let r = s
+        .sql(&format!("SELECT * FROM {table}"))
+        .await
+        .unwrap()
+        .remove(0);
+    r.rows()
+}
+
+fn stmt(sql: &str) -> datafusion::sql::parser::Statement {
+    tierdb_tables::sql::parse(sql).unwrap().remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn begin_and_commit_misuse_leave_warnings_not_errors() {
+    let (e, _) = common::engine(1000).await;
+    let s = e.new_session();
+    s.sql("COMMIT").await.unwrap();
+    assert_eq!(
+        s.take_notices(),
+        [Notice {
+            code: "25P01",
+            message: "there is no transaction in progress".into()
+        }]
+    );
+    s.sql("BEGIN").await.unwrap();
+    assert!(s.take_notices().is_empty());
+    s.sql("BEGIN").await.unwrap();
+    assert_eq!(s.take_notices()[0].code, "25001");
+    s.sql("ROLLBACK").await.unwrap();
+    s.sql("ROLLBACK").await.unwrap();
+    assert_eq!(s.take_notices()[0].code, "25P01");
+    assert!(s.take_notices().is_empty(), "taken once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_one_implicit_transaction() {
+    let (e, _) = common::engine(1000).await;
+    let s = e.new_session();
+    s.sql("CREATE TABLE t (x INT NOT NULL)").await.unwrap();
+    let kinds = [StatementKind::Write, StatementKind::Write];
+    let batch = s.begin_batch(&kinds);
+    assert!(s.in_transaction());
+    s.execute(stmt("INSERT INTO t VALUES (1)")).await.unwrap();
+    assert!(s.execute(stmt("INSERT INTO t VALUES ('x')")).await.is_err());
+    s.end_batch(batch, false).await.unwrap();
+    assert!(!s.in_transaction() && !s.is_aborted());
+    assert_eq!(
+        count(&s, "t").await,
+        0,
+        "nothing of a failed batch is committed"
+    );
+    // A batch with its own BEGIN is not implicit; a single statement neither.
+    let batch = s.begin_batch(&[StatementKind::Begin, StatementKind::Write]);
+    assert!(!s.in_transaction());
+    s.end_batch(batch, true).await.unwrap();
+    let batch = s.begin_batch(&[StatementKind::Write]);
+    assert!(!s.in_transaction());
+    s.end_batch(batch, true).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_or_abandoned_statement_aborts_the_transaction() {
+    let (e, _) = common::engine(1000).await;
+    let s = e.new_session();
+    s.sql("CREATE TABLE t (x INT NOT NULL)").await.unwrap();
+
+    // Planning fails.
+    s.sql("BEGIN").await.unwrap();
+    assert!(s.plan(&stmt("SELECT nope FROM t")).await.is_err());
+    assert!(s.is_aborted());
+    let e25 = s.sql("SELECT 1").await.unwrap_err();
+    assert_eq!(e25.sqlstate(), "25P02");
+    assert_eq!(
+        s.sql("COMMIT").await.unwrap()[0].command.as_deref(),
+        Some("ROLLBACK")
+    );
+
+    // The statement is dropped before it finishes (a timeout, a cancel).
+    s.sql("BEGIN").await.unwrap();
+    {
+        let run = s.execute_outcome(stmt("INSERT INTO t VALUES (1)"), None);
+        drop(run); // never polled: dropped all the same
+    }
+    assert!(
+        !s.is_aborted(),
+        "an unpolled future did no work and is not a failure"
+    );
+    let run = Box::pin(s.execute_outcome(stmt("INSERT INTO t VALUES (1)"), None));
+    let mut run = run;
+    let _ = futures::poll!(&mut run);
+    drop(run);
+    assert!(
+        s.is_aborted(),
+        "a statement dropped mid-way aborts the transaction"
+    );
+    s.sql("ROLLBACK").await.unwrap();
+
+    // Its rows fail while they stream: integer overflow in the third row.
+    s.sql("BEGIN").await.unwrap();
+    s.sql("INSERT INTO t VALUES (1), (2), (2147483647)")
+        .await
+        .unwrap();
+    let Outcome::Rows(rows) = s
+        .execute_outcome(stmt("SELECT x + x FROM t"), None)
+        .await
+        .unwrap()
+    else {
+        panic!("rows expected")
+    };
+    assert!(!s.is_aborted());
+    let mut stream = rows.execute_stream().await.unwrap();
+    let mut failed = false;
+    while let Some(b) = stream.next().await {
+        failed |= b.is_err();
+    }
+    assert!(failed, "the overflow fails the stream");
+    assert!(s.is_aborted(), "a failed row stream aborts the transaction");
+    s.sql("ROLLBACK").await.unwrap();
+    assert_eq!(count(&s, "t").await, 0);
+
+    // Work a front end guards (binding parameters, a COPY's data) fails.
+    s.sql("BEGIN").await.unwrap();
+    let r: Result<(), &str> = s.guarded(async { Err("bad parameter") }).await;
+    assert!(r.is_err() && s.is_aborted());
+    s.sql("ROLLBACK").await.unwrap();
+}
