@@ -48,11 +48,22 @@ pub(crate) fn encode_rows(
     })
 }
 
-/// A value's text as PostgreSQL writes it (booleans as `t`/`f`).
+/// A value's text as PostgreSQL writes it (COPY TO): booleans as `t`/`f`, timestamps with
+/// a space and `+00` rather than Arrow's `T` and `Z`, BYTEA in hex format (`\x00ff`).
 pub(crate) fn pg_text(ty: &DataType, text: String) -> String {
     match (ty, text.as_str()) {
         (DataType::Boolean, "true") => "t".into(),
         (DataType::Boolean, "false") => "f".into(),
+        (DataType::Timestamp(_, tz), _) => {
+            let t = text.replacen('T', " ", 1);
+            match (tz, t.strip_suffix('Z')) {
+                (Some(_), Some(utc)) => format!("{utc}+00"),
+                _ => t,
+            }
+        }
+        (DataType::Binary | DataType::LargeBinary | DataType::BinaryView, _) => {
+            format!("\\x{text}")
+        }
         _ => text,
     }
 }
@@ -91,5 +102,21 @@ mod tests {
         assert_eq!(pg_text(&DataType::Boolean, "true".into()), "t");
         assert_eq!(pg_text(&DataType::Boolean, "false".into()), "f");
         assert_eq!(pg_text(&DataType::Utf8, "true".into()), "true");
+    }
+
+    #[test]
+    fn timestamps_and_bytes_as_postgresql_writes_them() {
+        use datafusion::arrow::datatypes::TimeUnit::Microsecond;
+        let naive = DataType::Timestamp(Microsecond, None);
+        let utc = DataType::Timestamp(Microsecond, Some("+00:00".into()));
+        assert_eq!(
+            pg_text(&naive, "2024-01-02T03:04:05.5".into()),
+            "2024-01-02 03:04:05.5"
+        );
+        assert_eq!(
+            pg_text(&utc, "2024-01-02T01:04:05Z".into()),
+            "2024-01-02 01:04:05+00"
+        );
+        assert_eq!(pg_text(&DataType::Binary, "00ff".into()), "\\x00ff");
     }
 }

@@ -33,47 +33,87 @@ const RETIRED_PREFIX: &[u8] = b"Tr";
 const COMMIT_TIME_KEY: &[u8] = b"Tt";
 
 /// The column types tierdb stores. Each maps to one Arrow type and one Parquet physical type.
+/// Variants are only ever added (a catalog names them by their serde name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ColumnType {
     Boolean,
+    /// SMALLINT.
+    Int16,
     Int32,
     Int64,
+    /// REAL.
+    Float32,
     Float64,
+    /// TEXT, VARCHAR without a length.
     Utf8,
+    /// VARCHAR(n): at most `len` characters, enforced on every write (22001).
+    Varchar {
+        len: u32,
+    },
+    /// CHAR(n): exactly `len` characters, padded with spaces on write, longer refused.
+    Char {
+        len: u32,
+    },
     Date32,
-    Decimal { precision: u8, scale: i8 },
+    Decimal {
+        precision: u8,
+        scale: i8,
+    },
+    /// TIMESTAMP (without time zone): microseconds, PostgreSQL's precision.
+    Timestamp,
+    /// TIMESTAMPTZ: an instant, stored as microseconds since the epoch in UTC.
+    TimestampTz,
+    /// BYTEA.
+    Binary,
 }
+
+/// The Arrow time zone of TIMESTAMPTZ values (and of the sessions' `now()`): UTC.
+pub const UTC: &str = "+00:00";
 
 impl ColumnType {
     pub fn arrow(self) -> DataType {
+        use datafusion::arrow::datatypes::TimeUnit;
         match self {
             ColumnType::Boolean => DataType::Boolean,
+            ColumnType::Int16 => DataType::Int16,
             ColumnType::Int32 => DataType::Int32,
             ColumnType::Int64 => DataType::Int64,
+            ColumnType::Float32 => DataType::Float32,
             ColumnType::Float64 => DataType::Float64,
-            ColumnType::Utf8 => DataType::Utf8,
+            ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. } => {
+                DataType::Utf8
+            }
             ColumnType::Date32 => DataType::Date32,
             ColumnType::Decimal { precision, scale } => DataType::Decimal128(precision, scale),
+            ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            ColumnType::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
+            ColumnType::Binary => DataType::Binary,
         }
     }
 
     pub fn from_arrow(column: &str, t: &DataType) -> Result<Self> {
         Ok(match t {
             DataType::Boolean => ColumnType::Boolean,
-            DataType::Int8 | DataType::Int16 | DataType::Int32 => ColumnType::Int32,
+            DataType::Int8 | DataType::Int16 => ColumnType::Int16,
+            DataType::Int32 => ColumnType::Int32,
             DataType::Int64 => ColumnType::Int64,
-            DataType::Float32 | DataType::Float64 => ColumnType::Float64,
+            DataType::Float16 | DataType::Float32 => ColumnType::Float32,
+            DataType::Float64 => ColumnType::Float64,
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ColumnType::Utf8,
             DataType::Date32 => ColumnType::Date32,
             DataType::Decimal128(p, s) => ColumnType::Decimal {
                 precision: *p,
                 scale: *s,
             },
+            DataType::Timestamp(_, None) => ColumnType::Timestamp,
+            DataType::Timestamp(_, Some(_)) => ColumnType::TimestampTz,
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView => ColumnType::Binary,
             other => {
                 return Err(TableError::Schema(format!(
-                    "column {column}: type {other} is not supported; use BOOLEAN, INT, BIGINT, \
-                     DOUBLE, VARCHAR, DATE or DECIMAL(p,s)"
+                    "column {column}: type {other} is not supported; use BOOLEAN, SMALLINT, \
+                     INT, BIGINT, REAL, DOUBLE, TEXT, VARCHAR(n), CHAR(n), DATE, \
+                     DECIMAL(p,s), TIMESTAMP, TIMESTAMPTZ or BYTEA"
                 )));
             }
         })
@@ -83,12 +123,47 @@ impl ColumnType {
     pub fn sql(self) -> String {
         match self {
             ColumnType::Boolean => "BOOLEAN".into(),
+            ColumnType::Int16 => "SMALLINT".into(),
             ColumnType::Int32 => "INT".into(),
             ColumnType::Int64 => "BIGINT".into(),
+            ColumnType::Float32 => "REAL".into(),
             ColumnType::Float64 => "DOUBLE".into(),
             ColumnType::Utf8 => "VARCHAR".into(),
+            ColumnType::Varchar { len } => format!("VARCHAR({len})"),
+            ColumnType::Char { len } => format!("CHAR({len})"),
             ColumnType::Date32 => "DATE".into(),
             ColumnType::Decimal { precision, scale } => format!("DECIMAL({precision},{scale})"),
+            ColumnType::Timestamp => "TIMESTAMP".into(),
+            ColumnType::TimestampTz => "TIMESTAMPTZ".into(),
+            ColumnType::Binary => "BYTEA".into(),
+        }
+    }
+
+    /// The most characters a value may have (VARCHAR(n), CHAR(n)).
+    pub fn max_chars(self) -> Option<u32> {
+        match self {
+            ColumnType::Varchar { len } | ColumnType::Char { len } => Some(len),
+            _ => None,
+        }
+    }
+
+    /// This type with the length a column declared (`VARCHAR(20)`, `CHAR(3)`), which the
+    /// Arrow type does not carry.
+    pub fn with_declared(self, declared: &datafusion::sql::sqlparser::ast::DataType) -> Self {
+        use datafusion::sql::sqlparser::ast::{CharacterLength, DataType as Sql};
+        let len = |l: &Option<CharacterLength>| match l {
+            Some(CharacterLength::IntegerLength { length, .. }) => u32::try_from(*length).ok(),
+            _ => None,
+        };
+        match (self, declared) {
+            (
+                ColumnType::Utf8,
+                Sql::Varchar(l) | Sql::CharacterVarying(l) | Sql::CharVarying(l),
+            ) => len(l).map_or(self, |len| ColumnType::Varchar { len }),
+            (ColumnType::Utf8, Sql::Char(l) | Sql::Character(l)) => ColumnType::Char {
+                len: len(l).unwrap_or(1),
+            },
+            _ => self,
         }
     }
 }
@@ -202,6 +277,7 @@ impl StatValue {
             ScalarValue::Float32(Some(f)) => StatValue::Float(f64::from(*f)),
             ScalarValue::Float64(Some(f)) => StatValue::Float(*f),
             ScalarValue::Decimal128(Some(d), _, _) => StatValue::Str(d.to_string()),
+            ScalarValue::TimestampMicrosecond(Some(t), _) => StatValue::Int(*t),
             ScalarValue::Utf8(Some(s))
             | ScalarValue::LargeUtf8(Some(s))
             | ScalarValue::Utf8View(Some(s)) => StatValue::Str(s.clone()),
@@ -213,16 +289,30 @@ impl StatValue {
     pub fn to_scalar(&self, ty: ColumnType) -> Option<ScalarValue> {
         Some(match (ty, self) {
             (ColumnType::Boolean, StatValue::Bool(b)) => ScalarValue::Boolean(Some(*b)),
+            (ColumnType::Int16, StatValue::Int(i)) => {
+                ScalarValue::Int16(Some(i16::try_from(*i).ok()?))
+            }
             (ColumnType::Int32, StatValue::Int(i)) => {
                 ScalarValue::Int32(Some(i32::try_from(*i).ok()?))
             }
+            (ColumnType::Timestamp, StatValue::Int(i)) => {
+                ScalarValue::TimestampMicrosecond(Some(*i), None)
+            }
+            (ColumnType::TimestampTz, StatValue::Int(i)) => {
+                ScalarValue::TimestampMicrosecond(Some(*i), Some(UTC.into()))
+            }
+            // An f32's min and max are exact as f64 and back.
+            (ColumnType::Float32, StatValue::Float(f)) => ScalarValue::Float32(Some(*f as f32)),
             (ColumnType::Int64, StatValue::Int(i)) => ScalarValue::Int64(Some(*i)),
             (ColumnType::Date32, StatValue::Int(i)) => {
                 ScalarValue::Date32(Some(i32::try_from(*i).ok()?))
             }
             (ColumnType::Float64, StatValue::Float(f)) => ScalarValue::Float64(Some(*f)),
             (ColumnType::Float64, StatValue::Int(i)) => ScalarValue::Float64(Some(*i as f64)),
-            (ColumnType::Utf8, StatValue::Str(s)) => ScalarValue::Utf8(Some(s.clone())),
+            (
+                ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. },
+                StatValue::Str(s),
+            ) => ScalarValue::Utf8(Some(s.clone())),
             (ColumnType::Decimal { precision, scale }, StatValue::Str(s)) => {
                 ScalarValue::Decimal128(Some(s.parse().ok()?), precision, scale)
             }
@@ -500,6 +590,20 @@ mod tests {
             (ColumnType::Utf8, ScalarValue::Utf8(Some("AMERICA".into()))),
             (ColumnType::Date32, ScalarValue::Date32(Some(9000))),
             (ColumnType::Boolean, ScalarValue::Boolean(Some(true))),
+            (ColumnType::Int16, ScalarValue::Int16(Some(-300))),
+            (ColumnType::Float32, ScalarValue::Float32(Some(0.1))),
+            (
+                ColumnType::Varchar { len: 3 },
+                ScalarValue::Utf8(Some("abc".into())),
+            ),
+            (
+                ColumnType::Timestamp,
+                ScalarValue::TimestampMicrosecond(Some(1_700_000_000_123_456), None),
+            ),
+            (
+                ColumnType::TimestampTz,
+                ScalarValue::TimestampMicrosecond(Some(-1), Some(UTC.into())),
+            ),
             (
                 ColumnType::Decimal {
                     precision: 38,
@@ -526,7 +630,11 @@ mod tests {
 
     #[test]
     fn unsupported_types_are_named() {
-        let e = ColumnType::from_arrow("t", &DataType::Binary).unwrap_err();
+        let e = ColumnType::from_arrow(
+            "t",
+            &DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("column t"), "{e}");
     }
 }

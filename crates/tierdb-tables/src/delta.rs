@@ -60,12 +60,18 @@ fn version_path(dir: &str, version: u64) -> Path {
 fn delta_type(ty: ColumnType) -> String {
     match ty {
         ColumnType::Boolean => "boolean".into(),
+        ColumnType::Int16 => "short".into(),
         ColumnType::Int32 => "integer".into(),
         ColumnType::Int64 => "long".into(),
+        ColumnType::Float32 => "float".into(),
         ColumnType::Float64 => "double".into(),
-        ColumnType::Utf8 => "string".into(),
+        ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. } => "string".into(),
         ColumnType::Date32 => "date".into(),
         ColumnType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+        // Delta's `timestamp` is an instant (UTC microseconds), `timestamp_ntz` a local one.
+        ColumnType::TimestampTz => "timestamp".into(),
+        ColumnType::Timestamp => "timestamp_ntz".into(),
+        ColumnType::Binary => "binary".into(),
     }
 }
 
@@ -165,10 +171,16 @@ async fn append(
     }
     let version = state.version.map_or(0, |v| v + 1);
     if state.version.is_none() {
-        actions.insert(
-            0,
-            json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
-        );
+        // TIMESTAMP (timestamp_ntz) is a table feature of Delta's protocol 3/7.
+        let protocol = if def.columns.iter().any(|c| c.ty == ColumnType::Timestamp) {
+            json!({"protocol": {
+                "minReaderVersion": 3, "minWriterVersion": 7,
+                "readerFeatures": ["timestampNtz"], "writerFeatures": ["timestampNtz"],
+            }})
+        } else {
+            json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}})
+        };
+        actions.insert(0, protocol);
         actions.insert(
             1,
             json!({"metaData": {

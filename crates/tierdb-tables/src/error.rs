@@ -56,6 +56,10 @@ pub enum TableError {
     #[error("{0}")]
     Unsupported(String),
 
+    /// A value longer than its VARCHAR(n) or CHAR(n) column allows; nothing was written.
+    #[error("value too long for type {ty} of column {column}")]
+    ValueTooLong { column: String, ty: String },
+
     /// A statement that the transaction state does not allow (SQLSTATE `code`).
     #[error("{message}")]
     Transaction { code: &'static str, message: String },
@@ -82,7 +86,9 @@ impl TableError {
             TableError::Parquet(_) => ErrorKind::Data,
             TableError::Io(_) => ErrorKind::Retry,
             TableError::Conflict(_) => ErrorKind::Conflict,
-            TableError::Transaction { .. } | TableError::Unsupported(_) => ErrorKind::Input,
+            TableError::Transaction { .. }
+            | TableError::Unsupported(_)
+            | TableError::ValueTooLong { .. } => ErrorKind::Input,
         }
     }
 
@@ -98,6 +104,7 @@ impl TableError {
             TableError::DataFusion(e) => datafusion_sqlstate(e),
             TableError::Transaction { code, .. } => code,
             TableError::Unsupported(_) => "0A000", // feature_not_supported
+            TableError::ValueTooLong { .. } => "22001", // string_data_right_truncation
             _ => match self.kind() {
                 ErrorKind::Input => "22000",
                 ErrorKind::NotFound => "42P01",

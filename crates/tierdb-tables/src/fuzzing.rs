@@ -4,12 +4,19 @@
 
 use crate::catalog::{ColumnType, Retired, SegmentMeta, TableDef, decode};
 
-const TYPES: [ColumnType; 8] = [
+const TYPES: [ColumnType; 15] = [
     ColumnType::Boolean,
+    ColumnType::Int16,
     ColumnType::Int32,
     ColumnType::Int64,
+    ColumnType::Float32,
     ColumnType::Float64,
     ColumnType::Utf8,
+    ColumnType::Varchar { len: 4 },
+    ColumnType::Char { len: 2 },
+    ColumnType::Timestamp,
+    ColumnType::TimestampTz,
+    ColumnType::Binary,
     ColumnType::Date32,
     ColumnType::Decimal {
         precision: 10,

@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{
-    ArrayRef, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder, Int32Builder,
-    Int64Builder, RecordBatch, StringBuilder,
+    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder,
+    Float64Builder, Int16Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
+    TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::cast_utils::parse_decimal;
@@ -613,33 +614,54 @@ impl<R: Read> Read for CountingReader<R> {
 enum Value<'a> {
     Null,
     Bool(bool),
+    I16(i16),
     I32(i32),
     I64(i64),
+    F32(f32),
     F64(f64),
     Str(&'a str),
     Date(i32),
     Dec(i128),
+    /// Microseconds since the epoch.
+    Ts(i64),
+    Bin(Vec<u8>),
 }
 
 /// Column builders for one chunk.
 enum Col {
     Bool(BooleanBuilder),
+    I16(Int16Builder),
     I32(Int32Builder),
     I64(Int64Builder),
+    F32(Float32Builder),
     F64(Float64Builder),
-    Str(StringBuilder),
+    /// Text; the most characters a value may have (VARCHAR(n), CHAR(n)).
+    Str(StringBuilder, Option<u32>),
     Date(Date32Builder),
     Dec(Decimal128Builder, u8, i8),
+    /// Timestamps: with a time zone (an instant) or without.
+    Ts(TimestampMicrosecondBuilder, bool),
+    Bin(BinaryBuilder),
 }
 
 impl Col {
     fn new(ty: ColumnType, n: usize) -> Result<Col> {
         Ok(match ty {
             ColumnType::Boolean => Col::Bool(BooleanBuilder::with_capacity(n)),
+            ColumnType::Int16 => Col::I16(Int16Builder::with_capacity(n)),
             ColumnType::Int32 => Col::I32(Int32Builder::with_capacity(n)),
             ColumnType::Int64 => Col::I64(Int64Builder::with_capacity(n)),
+            ColumnType::Float32 => Col::F32(Float32Builder::with_capacity(n)),
             ColumnType::Float64 => Col::F64(Float64Builder::with_capacity(n)),
-            ColumnType::Utf8 => Col::Str(StringBuilder::with_capacity(n, n * 16)),
+            ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. } => {
+                Col::Str(StringBuilder::with_capacity(n, n * 16), ty.max_chars())
+            }
+            ColumnType::Timestamp => Col::Ts(TimestampMicrosecondBuilder::with_capacity(n), false),
+            ColumnType::TimestampTz => Col::Ts(
+                TimestampMicrosecondBuilder::with_capacity(n).with_timezone(crate::catalog::UTC),
+                true,
+            ),
+            ColumnType::Binary => Col::Bin(BinaryBuilder::with_capacity(n, n * 16)),
             ColumnType::Date32 => Col::Date(Date32Builder::with_capacity(n)),
             ColumnType::Decimal { precision, scale } => Col::Dec(
                 Decimal128Builder::with_capacity(n).with_precision_and_scale(precision, scale)?,
@@ -659,10 +681,23 @@ impl Col {
                 "false" | "f" | "0" | "no" | "n" => false,
                 _ => return Err(format!("{s:?} is not a boolean")),
             }),
+            Col::I16(_) => Value::I16(t.parse().map_err(|_| format!("{s:?} is not a SMALLINT"))?),
             Col::I32(_) => Value::I32(t.parse().map_err(|_| format!("{s:?} is not an INT"))?),
             Col::I64(_) => Value::I64(t.parse().map_err(|_| format!("{s:?} is not a BIGINT"))?),
+            Col::F32(_) => Value::F32(t.parse().map_err(|_| format!("{s:?} is not a number"))?),
             Col::F64(_) => Value::F64(t.parse().map_err(|_| format!("{s:?} is not a number"))?),
-            Col::Str(_) => Value::Str(s),
+            Col::Str(_, Some(max)) if s.chars().count() > *max as usize => {
+                return Err(format!("{s:?} is longer than {max} characters"));
+            }
+            Col::Str(_, _) => Value::Str(s),
+            Col::Ts(_, tz) => Value::Ts(
+                crate::textvalue::timestamp_micros(t, *tz)
+                    .ok_or_else(|| format!("{s:?} is not a timestamp (YYYY-MM-DD HH:MM:SS)"))?,
+            ),
+            Col::Bin(_) => Value::Bin(
+                crate::textvalue::bytea(s)
+                    .ok_or_else(|| format!("{s:?} is not BYTEA (\\x and hex digits)"))?,
+            ),
             Col::Date(_) => {
                 let d = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
                     .map_err(|_| format!("{s:?} is not a date (YYYY-MM-DD)"))?;
@@ -682,31 +717,43 @@ impl Col {
     fn append(&mut self, v: &Value<'_>) {
         match (self, v) {
             (Col::Bool(b), Value::Bool(x)) => b.append_value(*x),
+            (Col::I16(b), Value::I16(x)) => b.append_value(*x),
             (Col::I32(b), Value::I32(x)) => b.append_value(*x),
             (Col::I64(b), Value::I64(x)) => b.append_value(*x),
+            (Col::F32(b), Value::F32(x)) => b.append_value(*x),
             (Col::F64(b), Value::F64(x)) => b.append_value(*x),
-            (Col::Str(b), Value::Str(x)) => b.append_value(x),
+            (Col::Str(b, _), Value::Str(x)) => b.append_value(x),
             (Col::Date(b), Value::Date(x)) => b.append_value(*x),
             (Col::Dec(b, _, _), Value::Dec(x)) => b.append_value(*x),
+            (Col::Ts(b, _), Value::Ts(x)) => b.append_value(*x),
+            (Col::Bin(b), Value::Bin(x)) => b.append_value(x),
             (Col::Bool(b), _) => b.append_null(),
+            (Col::I16(b), _) => b.append_null(),
             (Col::I32(b), _) => b.append_null(),
             (Col::I64(b), _) => b.append_null(),
+            (Col::F32(b), _) => b.append_null(),
             (Col::F64(b), _) => b.append_null(),
-            (Col::Str(b), _) => b.append_null(),
+            (Col::Str(b, _), _) => b.append_null(),
             (Col::Date(b), _) => b.append_null(),
             (Col::Dec(b, _, _), _) => b.append_null(),
+            (Col::Ts(b, _), _) => b.append_null(),
+            (Col::Bin(b), _) => b.append_null(),
         }
     }
 
     fn finish(&mut self) -> ArrayRef {
         match self {
             Col::Bool(b) => Arc::new(b.finish()),
+            Col::I16(b) => Arc::new(b.finish()),
             Col::I32(b) => Arc::new(b.finish()),
             Col::I64(b) => Arc::new(b.finish()),
+            Col::F32(b) => Arc::new(b.finish()),
             Col::F64(b) => Arc::new(b.finish()),
-            Col::Str(b) => Arc::new(b.finish()),
+            Col::Str(b, _) => Arc::new(b.finish()),
             Col::Date(b) => Arc::new(b.finish()),
             Col::Dec(b, _, _) => Arc::new(b.finish()),
+            Col::Ts(b, _) => Arc::new(b.finish()),
+            Col::Bin(b) => Arc::new(b.finish()),
         }
     }
 }
@@ -752,7 +799,9 @@ fn parse_chunk(
                 break;
             };
             // Empty is NULL, except in a NOT NULL text column (an empty string).
-            if s.is_empty() && (c.nullable || c.ty != ColumnType::Utf8) {
+            if s.is_empty()
+                && (c.nullable || c.ty.max_chars().is_none() && c.ty != ColumnType::Utf8)
+            {
                 if !c.nullable {
                     bad = Some(format!(
                         "column {}: empty value for a NOT NULL column",

@@ -11,7 +11,8 @@
 //! - [`joinorder`]: a join-reordering rule for star joins.
 //! - [`checked`]: integer arithmetic that fails on overflow, `sum(bigint)` as numeric.
 //! - [`txn`]: transactions (BEGIN … COMMIT) and what their statements see.
-//! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files.
+//! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files ([`textvalue`]: the
+//!   text forms of timestamps and BYTEA).
 
 pub mod catalog;
 pub mod checked;
@@ -32,6 +33,7 @@ pub mod readahead;
 pub mod segment;
 pub mod sql;
 pub mod tables;
+pub mod textvalue;
 pub mod txn;
 pub mod write;
 

@@ -17,7 +17,7 @@ use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMerge
 use futures::StreamExt;
 use tokio::task::JoinSet;
 
-use crate::catalog::{SegmentMeta, TableDef};
+use crate::catalog::{ColumnType, SegmentMeta, TableDef};
 use crate::error::{Result, TableError};
 use crate::segment::{encode_segment, segment_path, upload};
 use crate::tables::Tables;
@@ -138,7 +138,7 @@ impl SegmentWriter<'_> {
             .and_then(|k| self.def.column_index(k));
         let mut last_part: Option<datafusion::common::ScalarValue> = None;
         while let Some(batch) = stream.next().await {
-            let batch = conform(batch?, &self.schema)?;
+            let batch = conform(batch?, self.def, &self.schema)?;
             on_rows(batch.num_rows() as u64);
             // Runs of one partition-key value (the stream is sorted by it).
             let runs = match part {
@@ -217,8 +217,9 @@ fn joined(
 }
 
 /// `batch` with the table's exact schema: same-named columns cast where the types differ
-/// (e.g. string views from a scan), and NOT NULL checked.
-fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+/// (e.g. string views from a scan), NOT NULL checked (by the schema), VARCHAR(n) and
+/// CHAR(n) lengths enforced (22001) and CHAR(n) padded with spaces.
+fn conform(batch: RecordBatch, def: &TableDef, schema: &SchemaRef) -> Result<RecordBatch> {
     if batch.num_columns() != schema.fields().len() {
         return Err(TableError::Schema(format!(
             "{} columns given, the table has {}",
@@ -227,12 +228,63 @@ fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
         )));
     }
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
-    for (array, field) in batch.columns().iter().zip(schema.fields()) {
-        if array.data_type() == field.data_type() {
-            columns.push(array.clone());
+    for ((array, field), c) in batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .zip(&def.columns)
+    {
+        let array = if array.data_type() == field.data_type() {
+            array.clone()
         } else {
-            columns.push(cast(array, field.data_type())?);
-        }
+            cast(array, field.data_type())?
+        };
+        columns.push(match c.ty {
+            ColumnType::Varchar { len } => check_length(array, &c.name, c.ty, len, false)?,
+            ColumnType::Char { len } => check_length(array, &c.name, c.ty, len, true)?,
+            _ => array,
+        });
     }
     RecordBatch::try_new(schema.clone(), columns).map_err(|e| TableError::Schema(e.to_string()))
+}
+
+/// A text column's values checked against the declared length; `pad`ded to it (CHAR(n)).
+/// Trailing spaces past the length are cut, as PostgreSQL does; other characters fail.
+fn check_length(
+    array: ArrayRef,
+    column: &str,
+    ty: ColumnType,
+    len: u32,
+    pad: bool,
+) -> Result<ArrayRef> {
+    use datafusion::arrow::array::{Array, AsArray, StringBuilder};
+    let strings = array.as_string::<i32>();
+    let len = len as usize;
+    let fits = |v: &str| v.chars().count() <= len;
+    if !pad && strings.iter().flatten().all(fits) {
+        return Ok(array);
+    }
+    let mut out = StringBuilder::with_capacity(strings.len(), strings.value_data().len());
+    for v in strings.iter() {
+        let Some(v) = v else {
+            out.append_null();
+            continue;
+        };
+        let n = v.chars().count();
+        if n > len {
+            let kept: String = v.chars().take(len).collect();
+            if !v[kept.len()..].chars().all(|ch| ch == ' ') {
+                return Err(TableError::ValueTooLong {
+                    column: column.to_string(),
+                    ty: ty.sql(),
+                });
+            }
+            out.append_value(kept);
+        } else if pad && n < len {
+            out.append_value(format!("{v}{}", " ".repeat(len - n)));
+        } else {
+            out.append_value(v);
+        }
+    }
+    Ok(std::sync::Arc::new(out.finish()))
 }

@@ -133,6 +133,30 @@ async fn the_extent_map_skips_segments_before_any_file_is_opened() {
 
 /// UPDATE and DELETE rewrite only the segments holding affected rows: the others keep
 /// their files, and the rewritten ones are replaced in one commit.
+/// The extent map keeps TIMESTAMP and TIMESTAMPTZ minimums and maximums (microseconds), so
+/// a time-range query opens only the segments of that range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extent_map_prunes_time_ranges() {
+    let (e, _) = engine(100).await;
+    e.sql(
+        "CREATE TABLE ev (at TIMESTAMPTZ NOT NULL, local TIMESTAMP NOT NULL, v BIGINT NOT NULL) ORDER BY (at);
+         INSERT INTO ev SELECT to_timestamp(value * 3600) AS a, CAST(to_timestamp(value * 3600) AS TIMESTAMP) AS b, value FROM generate_series(0, 999)",
+    )
+    .await
+    .unwrap();
+    for q in [
+        "SELECT count(*) FROM ev WHERE at >= '1970-01-05 04:00:00+00' AND at < '1970-01-09 12:00:00+00'",
+        "SELECT count(*) FROM ev WHERE local >= '1970-01-05 04:00:00' AND local < '1970-01-09 12:00:00'",
+    ] {
+        let before = e.scan_counters().snapshot();
+        // Hours 100..203 of 1000, in segments of 100 hours: segments 1 and 2 only.
+        assert_eq!(rows(&e, q).await, [["104"]], "{q}");
+        let after = e.scan_counters().snapshot();
+        assert_eq!(after[0] - before[0], 10, "segments considered: {q}");
+        assert_eq!(after[1] - before[1], 8, "segments skipped: {q}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_and_delete_rewrite_only_affected_segments() {
     let (e, _) = engine(100).await;

@@ -139,7 +139,7 @@ impl datafusion::execution::context::QueryPlanner for LocalPlanner {
 impl SqlEngine {
     pub fn new(tables: Arc<Tables>, options: &EngineOptions) -> Result<Self> {
         let slot = Arc::new(TxSlot::default());
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new()
             .with_target_partitions(options.threads.max(1))
             .with_information_schema(true)
             // Hash joins collect their (build) left side once instead of repartitioning both
@@ -149,6 +149,9 @@ impl SqlEngine {
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(CATALOG, SCHEMA)
             .with_extension(slot.clone());
+        // TIMESTAMPTZ and now() are instants in UTC (PostgreSQL's timestamptz); without a
+        // zone DataFusion would make both zone-less timestamps.
+        config.options_mut().execution.time_zone = Some(crate::catalog::UTC.into());
         let runtime = runtime_env(options)?;
         // PostgreSQL's arithmetic: integer overflow fails, sum(bigint) is numeric (`checked.rs`).
         let mut analyzer = datafusion::optimizer::Analyzer::new().rules;

@@ -537,12 +537,15 @@ impl SqlSession {
             return Ok(Outcome::Command(format!("{} {n}", crate::dml::verb(&stmt))));
         }
         let mut keys = None;
+        let mut declared = Vec::new();
         if let DfStatement::Statement(s) = &mut stmt
             && let SqlStatement::CreateTable(ct) = s.as_mut()
         {
             let order = ct.order_by.take();
             let part = ct.partition_by.take();
             keys = Some((order, part));
+            // What the Arrow schema does not carry: VARCHAR(n), CHAR(n).
+            declared = ct.columns.iter().map(|c| c.data_type.clone()).collect();
         }
         let state = self.ctx.state();
         let plan = match plan {
@@ -556,7 +559,7 @@ impl SqlSession {
         match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
                 let (order, part) = keys.unwrap_or((None, None));
-                self.create_table(c, order, part).await
+                self.create_table(c, &declared, order, part).await
             }
             LogicalPlan::Ddl(DdlStatement::DropTable(d)) => {
                 let name = d.name.table().to_string();
@@ -721,6 +724,7 @@ impl SqlSession {
     async fn create_table(
         &self,
         c: datafusion::logical_expr::CreateMemoryTable,
+        declared: &[datafusion::sql::sqlparser::ast::DataType],
         order: Option<OneOrManyWithParens<SqlExpr>>,
         part: Option<Box<SqlExpr>>,
     ) -> Result<Outcome> {
@@ -737,10 +741,14 @@ impl SqlSession {
         let name = c.name.table().to_string();
         let schema = c.input.schema();
         let mut columns = Vec::new();
-        for f in schema.fields() {
+        for (i, f) in schema.fields().iter().enumerate() {
+            let mut ty = ColumnType::from_arrow(f.name(), f.data_type())?;
+            if let Some(d) = declared.get(i) {
+                ty = ty.with_declared(d);
+            }
             columns.push(ColumnDef {
                 name: f.name().clone(),
-                ty: ColumnType::from_arrow(f.name(), f.data_type())?,
+                ty,
                 nullable: f.is_nullable(),
             });
         }
