@@ -58,6 +58,9 @@ PYTHONPATH="$ROOT/python" timeout 900 "$PY" -m sqlcheck.run --tierdb "$CARGO_TAR
   --replay "$ROOT/python/sqlcheck/regressions"
 PYTHONPATH="$ROOT/python" timeout 900 "$PY" -m sqlcheck.run --tierdb "$CARGO_TARGET_DIR/debug/tierdb" \
   --seed 20261124 --max-rounds 60 --minutes 10 --max-mismatches 1 --keep "$ZT/sqlcheck-failures"
+echo "== column types through tierdb serve vs PostgreSQL 15: values, RowDescription types and typmods, COPY TO/FROM, refused values (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_types.py")
 echo "== tierdb serve with PostgreSQL clients: psycopg 3, psycopg2, SQLAlchemy, pandas, asyncpg, psql; bad input, SIGKILL during COMMIT, TLS, VACUUM (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_pg.py")

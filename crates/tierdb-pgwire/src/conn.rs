@@ -9,7 +9,6 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_postgres::QueryHook;
-use datafusion_postgres::arrow_pg::datatypes::arrow_schema_to_pg_fields;
 use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use datafusion_postgres::hooks::set_show::SetShowHook;
 use futures::Sink;
@@ -228,7 +227,7 @@ impl ConnState {
             }),
             Outcome::Rows(rows) => {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-                let fields = Arc::new(arrow_schema_to_pg_fields(
+                let fields = Arc::new(crate::encode::describe(
                     rows.schema().as_arrow(),
                     format,
                     Some(options),

@@ -12,6 +12,58 @@ use tierdb_tables::TableError;
 
 use crate::errors::{canceled, table_error, timed_out};
 
+/// A result's RowDescription: arrow-pg's, with what Arrow's types cannot say taken from the
+/// columns' declared types: VARCHAR(n) as `varchar` and CHAR(n) as `bpchar` with their
+/// length, DECIMAL(p,s) with its precision and scale (PostgreSQL's typmods).
+pub(crate) fn describe(
+    schema: &datafusion::arrow::datatypes::Schema,
+    format: &pgwire::api::portal::Format,
+    options: Option<Arc<pgwire::types::format::FormatOptions>>,
+) -> PgWireResult<Vec<FieldInfo>> {
+    use datafusion_postgres::arrow_pg::datatypes::arrow_schema_to_pg_fields;
+    let fields = arrow_schema_to_pg_fields(schema, format, options)?;
+    Ok(fields
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(info, f)| declared(info, f))
+        .collect())
+}
+
+/// `info` with the type and typmod `field` declares (see [`describe`]).
+fn declared(info: FieldInfo, field: &datafusion::arrow::datatypes::Field) -> FieldInfo {
+    use pgwire::api::Type;
+    if let DataType::Decimal128(p, s) = field.data_type() {
+        let typmod = ((i32::from(*p) << 16) | i32::from(*s).max(0)) + 4;
+        return info.with_type_modifier(typmod);
+    }
+    let Some(declared) = field.metadata().get(tierdb_tables::catalog::DECLARED_TYPE) else {
+        return info;
+    };
+    let length = |prefix: &str| {
+        declared
+            .strip_prefix(prefix)?
+            .strip_suffix(')')?
+            .parse::<i32>()
+            .ok()
+    };
+    let (ty, len) = if let Some(n) = length("VARCHAR(") {
+        (Type::VARCHAR, n)
+    } else if let Some(n) = length("CHAR(") {
+        (Type::BPCHAR, n)
+    } else {
+        return info;
+    };
+    FieldInfo::new(
+        info.name().to_string(),
+        info.table_id(),
+        info.column_id(),
+        ty,
+        info.format(),
+    )
+    .with_format_options(info.format_options().clone())
+    .with_type_modifier(len + 4)
+}
+
 /// A query's rows, encoded as the client asked (text or binary per column), computed as
 /// they are sent; past the statement timeout, or on a CancelRequest, the stream ends with
 /// SQLSTATE 57014 (and the query's stream is dropped: DataFusion stops).
@@ -118,5 +170,51 @@ mod tests {
             "2024-01-02 01:04:05+00"
         );
         assert_eq!(pg_text(&DataType::Binary, "00ff".into()), "\\x00ff");
+    }
+}
+
+#[cfg(test)]
+mod describe_tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use pgwire::api::Type;
+
+    #[test]
+    fn declared_lengths_and_numeric_typmods_are_reported() {
+        let varchar = Field::new("v", DataType::Utf8, true).with_metadata(
+            [(
+                tierdb_tables::catalog::DECLARED_TYPE.into(),
+                "VARCHAR(20)".into(),
+            )]
+            .into(),
+        );
+        let char3 = Field::new("c", DataType::Utf8, true).with_metadata(
+            [(
+                tierdb_tables::catalog::DECLARED_TYPE.into(),
+                "CHAR(3)".into(),
+            )]
+            .into(),
+        );
+        let schema = Schema::new(vec![
+            varchar,
+            char3,
+            Field::new("n", DataType::Decimal128(10, 2), true),
+            Field::new("t", DataType::Utf8, true),
+        ]);
+        let fields =
+            describe(&schema, &pgwire::api::portal::Format::UnifiedText, None).expect("fields");
+        let got: Vec<(Type, i32)> = fields
+            .iter()
+            .map(|f| (f.datatype().clone(), f.type_modifier()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Type::VARCHAR, 24),
+                (Type::BPCHAR, 7),
+                (Type::NUMERIC, (10 << 16 | 2) + 4),
+                (Type::TEXT, -1)
+            ]
+        );
     }
 }

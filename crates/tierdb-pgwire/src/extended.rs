@@ -13,7 +13,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_postgres::arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
-use datafusion_postgres::arrow_pg::datatypes::{arrow_schema_to_pg_fields, into_pg_type};
+use datafusion_postgres::arrow_pg::datatypes::into_pg_type;
 use futures::Sink;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::ExtendedQueryHandler;
@@ -125,7 +125,7 @@ impl QueryParser for ConnState {
             Some(plan)
                 if !changes_rows && !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_)) =>
             {
-                arrow_schema_to_pg_fields(
+                crate::encode::describe(
                     plan.schema().as_arrow(),
                     column_format.unwrap_or(&Format::UnifiedText),
                     None,
@@ -297,7 +297,15 @@ fn bind_parameters(
     };
     let mut out = Vec::with_capacity(list.len());
     for (i, v) in list.into_iter().enumerate() {
-        let value = v.value;
+        // arrow-pg gives a NUMERIC parameter the precision of its digits, which is less
+        // than its scale for 0.01 (Decimal128(1, 1, 2), an invalid type every cast
+        // refuses): widen it; the cast to the target type checks the range.
+        let value = match v.value {
+            datafusion::common::ScalarValue::Decimal128(d, _, s) => {
+                datafusion::common::ScalarValue::Decimal128(d, 38, s)
+            }
+            other => other,
+        };
         match types.get(i).and_then(|t| t.as_ref()) {
             Some(target) if value.data_type() != *target && !value.is_null() => {
                 let cast = value.cast_to(target).map_err(|e| {

@@ -68,6 +68,10 @@ pub enum ColumnType {
     Binary,
 }
 
+/// The Arrow field metadata key of a column's declared SQL type, where Arrow's type does not
+/// say it (`VARCHAR(20)`, `CHAR(3)`).
+pub const DECLARED_TYPE: &str = "tierdb.declared_type";
+
 /// The Arrow time zone of TIMESTAMPTZ values (and of the sessions' `now()`): UTC.
 pub const UTC: &str = "+00:00";
 
@@ -192,11 +196,24 @@ pub struct TableDef {
 }
 
 impl TableDef {
+    /// The Arrow schema. A column whose declared type Arrow cannot say (VARCHAR(n),
+    /// CHAR(n)) carries it in its field metadata under [`DECLARED_TYPE`], which query
+    /// results keep, so the PostgreSQL server can report it.
     pub fn schema(&self) -> SchemaRef {
         Arc::new(Schema::new(
             self.columns
                 .iter()
-                .map(|c| Field::new(&c.name, c.ty.arrow(), c.nullable))
+                .map(|c| {
+                    let f = Field::new(&c.name, c.ty.arrow(), c.nullable);
+                    match c.ty.max_chars() {
+                        Some(_) => f.with_metadata(
+                            [(DECLARED_TYPE.to_string(), c.ty.sql())]
+                                .into_iter()
+                                .collect(),
+                        ),
+                        None => f,
+                    }
+                })
                 .collect::<Vec<_>>(),
         ))
     }

@@ -47,7 +47,14 @@ pub enum Format {
     /// `|`-delimited, every line ending in `|` (dbgen's output).
     Tbl,
     Parquet,
+    /// PostgreSQL's COPY text format as the server spools it: quoted CSV in which a NULL
+    /// is the one unquoted byte [`COPY_NULL`] (never in UTF-8 text), so an empty field is
+    /// an empty string, as in PostgreSQL. Not chosen from a file name.
+    CopyText,
 }
+
+/// The NULL field of [`Format::CopyText`].
+pub const COPY_NULL: u8 = 0xFF;
 
 impl Format {
     pub fn parse(s: &str) -> Option<Format> {
@@ -489,7 +496,8 @@ fn read_delimited(
         Format::Tbl => b'|',
         _ => b',',
     });
-    let header = format != Format::Tbl && options.header.unwrap_or(true);
+    let header =
+        !matches!(format, Format::Tbl | Format::CopyText) && options.header.unwrap_or(true);
     let file = File::open(path)
         .map_err(|e| TableError::Import(format!("cannot open {}: {e}", path.display())))?;
     let counted = CountingReader {
@@ -500,7 +508,7 @@ fn read_delimited(
         .delimiter(delimiter)
         .has_headers(header)
         .flexible(true)
-        .quoting(format == Format::Csv)
+        .quoting(matches!(format, Format::Csv | Format::CopyText))
         .from_reader(counted);
     let threads = options.threads.max(1);
     let (chunk_tx, chunk_rx) = std::sync::mpsc::sync_channel::<Chunk>(threads * 2);
@@ -510,7 +518,6 @@ fn read_delimited(
     let chunk_rx = Arc::new(Mutex::new(chunk_rx));
     let failed: Arc<Mutex<Option<TableError>>> = Arc::new(Mutex::new(None));
     let stop = Arc::new(AtomicBool::new(false));
-    let trailing = format == Format::Tbl;
     std::thread::scope(|scope| {
         for i in 0..threads {
             let chunk_rx = chunk_rx.clone();
@@ -523,7 +530,7 @@ fn read_delimited(
                 loop {
                     let chunk = { chunk_rx.lock().recv() };
                     let Ok(chunk) = chunk else { break };
-                    let parsed = parse_chunk(def, path, trailing, &chunk, rejects);
+                    let parsed = parse_chunk(def, path, format, &chunk, rejects);
                     // The chunk's records go back to the reader, to be read into again.
                     let _ = spare_tx.try_send(chunk);
                     match parsed {
@@ -761,7 +768,7 @@ impl Col {
 fn parse_chunk(
     def: &TableDef,
     path: &Path,
-    trailing_delimiter: bool,
+    format: Format,
     chunk: &Chunk,
     rejects: &Rejects,
 ) -> Result<RecordBatch> {
@@ -772,6 +779,8 @@ fn parse_chunk(
         .map(|c| Col::new(c.ty, n))
         .collect::<Result<Vec<_>>>()?;
     let want = def.columns.len();
+    let trailing_delimiter = format == Format::Tbl;
+    let copy_text = format == Format::CopyText;
     let mut row: Vec<Value<'_>> = Vec::with_capacity(want);
     for (record, &line) in chunk.records[..chunk.used].iter().zip(&chunk.lines) {
         let mut fields = record.len();
@@ -794,12 +803,24 @@ fn parse_chunk(
         let mut bad = None;
         for (i, c) in def.columns.iter().enumerate() {
             let bytes = record.get(i).unwrap_or_default();
+            if copy_text && bytes == [COPY_NULL] {
+                if !c.nullable {
+                    bad = Some(format!(
+                        "column {}: null value in a NOT NULL column",
+                        c.name
+                    ));
+                    break;
+                }
+                row.push(Value::Null);
+                continue;
+            }
             let Ok(s) = std::str::from_utf8(bytes) else {
                 bad = Some(format!("column {}: invalid UTF-8", c.name));
                 break;
             };
             // Empty is NULL, except in a NOT NULL text column (an empty string).
             if s.is_empty()
+                && !copy_text
                 && (c.nullable || c.ty.max_chars().is_none() && c.ty != ColumnType::Utf8)
             {
                 if !c.nullable {

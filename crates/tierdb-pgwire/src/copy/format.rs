@@ -188,15 +188,17 @@ impl Spool {
     }
 }
 
-/// One line of PostgreSQL's text COPY format as a CSV record: fields split at the
-/// delimiter, the null string as an empty unquoted field, backslash escapes decoded, every
-/// other field quoted.
+/// One line of PostgreSQL's text COPY format as a record of the import's
+/// [`CopyText`](tierdb_tables::import::Format::CopyText) format: fields split at the
+/// delimiter, the null string as the one byte `COPY_NULL`, backslash escapes decoded, every
+/// other field quoted (so an empty field is an empty string).
 fn text_line_to_csv(line: &[u8], delimiter: u8, null: &str, out: &mut Vec<u8>) {
     for (i, field) in line.split(|&b| b == delimiter).enumerate() {
         if i > 0 {
             out.push(b',');
         }
         if field == null.as_bytes() {
+            out.push(tierdb_tables::import::COPY_NULL);
             continue;
         }
         out.push(b'"');
@@ -337,10 +339,7 @@ mod tests {
     fn text_lines_become_csv() {
         let mut out = Vec::new();
         text_line_to_csv(b"1\ta\\tb\t\\N\tq\"x", b'\t', "\\N", &mut out);
-        assert_eq!(
-            String::from_utf8_lossy(&out),
-            "\"1\",\"a\tb\",,\"q\"\"x\"\n"
-        );
+        assert_eq!(out, b"\"1\",\"a\tb\",\xff,\"q\"\"x\"\n");
     }
 
     #[test]

@@ -229,7 +229,11 @@ impl ConnState {
         let rejects = tempfile::NamedTempFile::new()
             .map_err(|e| user_error("58030", format!("cannot spool COPY data: {e}")))?;
         let options = ImportOptions {
-            format: Some(ImportFormat::Csv),
+            format: Some(if c.spool.options.csv {
+                ImportFormat::Csv
+            } else {
+                ImportFormat::CopyText
+            }),
             delimiter: Some(if c.spool.options.csv {
                 c.spool.options.delimiter
             } else {
