@@ -72,6 +72,7 @@ pub fn install_postgres_compat(engine: &SqlEngine) -> Result<(), String> {
             ))
         }),
     ));
+    crate::catalogfns::install(engine);
     Ok(())
 }
 

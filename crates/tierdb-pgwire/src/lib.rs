@@ -23,13 +23,14 @@
 //! | `copy` | COPY FROM STDIN (into the import path) and COPY TO STDOUT, their formats |
 //! | `cancel` | CancelRequests |
 //! | `show` | SET/SHOW, statement_timeout, tierdb's own settings |
-//! | `compat` | pg_catalog and the catalog functions tools call |
+//! | `compat`, `catalogfns` | pg_catalog and the catalog and settings functions tools call |
 //! | `encode`, `errors` | rows, command tags, errors and warnings on the wire |
 //!
 //! [`SqlSession`]: tierdb_tables::sql::SqlSession
 
 mod auth;
 mod cancel;
+mod catalogfns;
 mod compat;
 mod conn;
 mod copy;

@@ -198,25 +198,56 @@ impl Tables {
     /// files (VACUUM deletes them once no reader can still be using them).
     /// Returns whether a table was dropped.
     pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let dropped = self.drop_tables(&[name.to_string()], if_exists).await?;
+        Ok(dropped.first().copied().unwrap_or(false))
+    }
+
+    /// Drops every table of `names` in one atomic catalog commit (`DROP TABLE a, b`):
+    /// all of them or, if one does not exist and not `if_exists`, none. Returns which
+    /// existed.
+    pub async fn drop_tables(&self, names: &[String], if_exists: bool) -> Result<Vec<bool>> {
+        self.clear_tables(names, if_exists, true).await
+    }
+
+    /// Deletes every row of the tables of `names` in one atomic catalog commit (`TRUNCATE
+    /// a, b`): their segments leave the catalog (their files are retired for VACUUM), the
+    /// tables stay.
+    pub async fn truncate(&self, names: &[String]) -> Result<()> {
+        self.clear_tables(names, false, false).await.map(|_| ())
+    }
+
+    async fn clear_tables(
+        &self,
+        names: &[String],
+        if_exists: bool,
+        drop: bool,
+    ) -> Result<Vec<bool>> {
         let kv = self.kv_writer()?;
         let _guard = self.commit_lock.lock().await;
-        let Some(def) = self.table(name).await? else {
-            if if_exists {
-                return Ok(false);
+        let mut found = Vec::with_capacity(names.len());
+        for name in names {
+            match self.table(name).await? {
+                Some(def) => found.push(Some(def)),
+                None if if_exists => found.push(None),
+                None => return Err(TableError::NoTable(name.to_string())),
             }
-            return Err(TableError::NoTable(name.to_string()));
-        };
-        let segments = self.segments(&def).await?;
+        }
         let mut b = CatalogBatch::default();
-        b.delete_table(name);
         let now = tierdb_kv::lease::now_ms();
-        for s in &segments {
-            b.delete_segment(def.id, s.id);
-            b.retire(s, now);
+        for def in found.iter().flatten() {
+            if drop {
+                b.delete_table(&def.name);
+            }
+            for s in &self.segments(def).await? {
+                b.delete_segment(def.id, s.id);
+                b.retire(s, now);
+            }
         }
         kv.commit(b.stamped()).await?;
-        self.publish_delta(&def, &[]).await;
-        Ok(true)
+        for def in found.iter().flatten() {
+            self.publish_delta(def, &[]).await;
+        }
+        Ok(found.iter().map(Option::is_some).collect())
     }
 
     /// Makes `segments` (already uploaded) part of `table` in one atomic commit. Fails,

@@ -308,7 +308,7 @@ pub enum StatementKind {
     Release,
     /// ROLLBACK TO SAVEPOINT.
     RollbackTo,
-    /// CREATE TABLE, DROP TABLE: committed at once, also inside a transaction.
+    /// CREATE TABLE, DROP TABLE, TRUNCATE: committed at once, also inside a transaction.
     Ddl,
     /// VACUUM: deletes unreferenced segment files.
     Vacuum,
@@ -337,7 +337,9 @@ impl StatementKind {
             SqlStatement::Rollback { .. } => StatementKind::Rollback,
             SqlStatement::Savepoint { .. } => StatementKind::Savepoint,
             SqlStatement::ReleaseSavepoint { .. } => StatementKind::Release,
-            SqlStatement::CreateTable(_) | SqlStatement::Drop { .. } => StatementKind::Ddl,
+            SqlStatement::CreateTable(_)
+            | SqlStatement::Drop { .. }
+            | SqlStatement::Truncate { .. } => StatementKind::Ddl,
             SqlStatement::Vacuum(_) => StatementKind::Vacuum,
             SqlStatement::Insert(_) | SqlStatement::Update(_) | SqlStatement::Delete(_) => {
                 StatementKind::Write

@@ -524,6 +524,9 @@ impl SqlSession {
             _ => {}
         }
         self.schema.refresh().await?;
+        if let Some(outcome) = self.drop_or_truncate(&stmt).await? {
+            return Ok(outcome);
+        }
         if crate::dml::is_update_or_delete(&stmt) {
             let state = self.ctx.state();
             let plan = match plan {
@@ -602,6 +605,39 @@ impl SqlSession {
                 }))
             }
         }
+    }
+
+    /// `DROP TABLE a, b` (DataFusion plans one name only) and `TRUNCATE a, b`, each one
+    /// atomic catalog commit; `None` for other statements.
+    async fn drop_or_truncate(&self, stmt: &DfStatement) -> Result<Option<Outcome>> {
+        use datafusion::sql::sqlparser::ast::ObjectType;
+        let DfStatement::Statement(s) = stmt else {
+            return Ok(None);
+        };
+        let outcome = match s.as_ref() {
+            SqlStatement::Drop {
+                object_type: ObjectType::Table,
+                names,
+                if_exists,
+                ..
+            } if names.len() > 1 => {
+                let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
+                self.tables.drop_tables(&names, *if_exists).await?;
+                "DROP TABLE"
+            }
+            SqlStatement::Truncate(t) => {
+                let names = t
+                    .table_names
+                    .iter()
+                    .map(|t| table_name(&t.name))
+                    .collect::<Result<Vec<_>>>()?;
+                self.tables.truncate(&names).await?;
+                "TRUNCATE TABLE"
+            }
+            _ => return Ok(None),
+        };
+        self.schema.refresh().await?;
+        Ok(Some(Outcome::Command(outcome.into())))
     }
 
     /// The context a statement runs in: the session's, or, when queries are spread over
@@ -829,6 +865,26 @@ fn inserted(batches: &[RecordBatch]) -> u64 {
                 .map(|a| a.value(0))
         })
         .unwrap_or(0)
+}
+
+/// A table's name as the catalog keys it: unquoted parts lower case; only the `public`
+/// schema (or none) may be named.
+fn table_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Result<String> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|p| match p.as_ident() {
+            Some(id) if id.quote_style.is_some() => id.value.clone(),
+            Some(id) => id.value.to_lowercase(),
+            None => p.to_string(),
+        })
+        .collect();
+    match parts.as_slice() {
+        [t] => Ok(t.clone()),
+        [s, t] if s == SCHEMA => Ok(t.clone()),
+        [c, s, t] if c == CATALOG && s == SCHEMA => Ok(t.clone()),
+        _ => Err(TableError::NoTable(name.to_string())),
+    }
 }
 
 /// A key given as a plain column name (normalized as DataFusion does: lowercase unless quoted).
