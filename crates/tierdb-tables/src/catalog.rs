@@ -8,6 +8,7 @@
 //! | `Ts` + table id (u64 BE) + segment id (u64 BE) | [`FORMAT_VERSION`], then [`SegmentMeta`] (JSON): the extent map |
 //! | `Tc`                             | [`FORMAT_VERSION`], then the next id (u64 BE) for tables and segments |
 //! | `Tr` + segment path              | [`FORMAT_VERSION`], then [`Retired`] (JSON): a file no table references any more, kept for readers until VACUUM |
+//! | `Tv` + view name                 | [`FORMAT_VERSION`], then [`crate::views::ViewDef`] (JSON): a view's query |
 //! | `Tt`                             | [`FORMAT_VERSION`], then the wall-clock time (ms since the epoch, u64 BE) of the last catalog commit: how old what a replica sees is |
 //!
 //! Every value starts with the format version byte; a value of another version is refused
@@ -31,6 +32,30 @@ const SEGMENT_PREFIX: &[u8] = b"Ts";
 const COUNTER_KEY: &[u8] = b"Tc";
 const RETIRED_PREFIX: &[u8] = b"Tr";
 const COMMIT_TIME_KEY: &[u8] = b"Tt";
+const VIEW_PREFIX: &[u8] = b"Tv";
+
+fn view_key(name: &str) -> Bytes {
+    let mut k = BytesMut::with_capacity(VIEW_PREFIX.len() + name.len());
+    k.put_slice(VIEW_PREFIX);
+    k.put_slice(name.as_bytes());
+    k.freeze()
+}
+
+pub async fn get_view(kv: &dyn KvRead, name: &str) -> Result<Option<crate::views::ViewDef>> {
+    let key = view_key(name);
+    match kv.get(&key).await? {
+        Some(v) => Ok(Some(decode(&key, &v)?)),
+        None => Ok(None),
+    }
+}
+
+pub async fn list_views(kv: &dyn KvRead) -> Result<Vec<crate::views::ViewDef>> {
+    kv.scan_prefix(VIEW_PREFIX, None)
+        .await?
+        .iter()
+        .map(|(k, v)| decode(k, v))
+        .collect()
+}
 
 /// The column types tierdb stores. Each maps to one Arrow type and one Parquet physical type.
 /// Variants are only ever added (a catalog names them by their serde name).
@@ -514,6 +539,14 @@ impl CatalogBatch {
 
     pub fn delete_table(&mut self, name: &str) {
         self.batch.delete(table_key(name));
+    }
+
+    pub fn put_view(&mut self, def: &crate::views::ViewDef) {
+        self.batch.put(view_key(&def.name), encode(def));
+    }
+
+    pub fn delete_view(&mut self, name: &str) {
+        self.batch.delete(view_key(name));
     }
 
     pub fn put_segment(&mut self, table: u64, seg: &SegmentMeta) {

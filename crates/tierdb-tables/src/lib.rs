@@ -11,6 +11,7 @@
 //! - [`joinorder`]: a join-reordering rule for star joins.
 //! - [`checked`]: integer arithmetic that fails on overflow, `sum(bigint)` as numeric.
 //! - [`txn`]: transactions (BEGIN … COMMIT) and what their statements see.
+//! - [`views`]: views, kept as their query and expanded into the statements that read them.
 //! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files ([`textvalue`]: the
 //!   text forms of timestamps and BYTEA).
 
@@ -35,6 +36,7 @@ pub mod sql;
 pub mod tables;
 pub mod textvalue;
 pub mod txn;
+pub mod views;
 pub mod write;
 
 pub use error::{Result, TableError};

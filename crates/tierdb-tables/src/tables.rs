@@ -27,12 +27,12 @@ pub struct NewTable {
 pub struct Tables {
     name: String,
     root: String,
-    reader: Arc<dyn KvRead>,
+    pub(crate) reader: Arc<dyn KvRead>,
     writer: Option<Arc<KvDb>>,
     store: Arc<dyn ObjectStore>,
     df_store: DfStore,
     tiered: tierdb_store::TieredStore,
-    commit_lock: tokio::sync::Mutex<()>,
+    pub(crate) commit_lock: tokio::sync::Mutex<()>,
     /// Segment files written by this process and not yet committed or discarded (an open
     /// transaction's, an import's in progress): VACUUM leaves them alone.
     writing: parking_lot::Mutex<std::collections::HashSet<String>>,
@@ -105,7 +105,7 @@ impl Tables {
         self.writer.is_none()
     }
 
-    fn kv_writer(&self) -> Result<&Arc<KvDb>> {
+    pub(crate) fn kv_writer(&self) -> Result<&Arc<KvDb>> {
         self.writer.as_ref().ok_or_else(|| TableError::ReadOnly {
             db: self.name.clone(),
         })
@@ -160,6 +160,12 @@ impl Tables {
             if if_not_exists {
                 return Ok(existing);
             }
+            return Err(TableError::TableExists(new.name));
+        }
+        if catalog::get_view(self.reader.as_ref(), &new.name)
+            .await?
+            .is_some()
+        {
             return Err(TableError::TableExists(new.name));
         }
         let id = catalog::next_id(self.reader.as_ref()).await?;

@@ -24,6 +24,7 @@ use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema};
 use crate::tables::Tables;
 use crate::txn::TxSlot;
 
+mod ddl;
 mod session;
 
 use session::Abort;
@@ -338,6 +339,7 @@ impl StatementKind {
             SqlStatement::Savepoint { .. } => StatementKind::Savepoint,
             SqlStatement::ReleaseSavepoint { .. } => StatementKind::Release,
             SqlStatement::CreateTable(_)
+            | SqlStatement::CreateView(_)
             | SqlStatement::Drop { .. }
             | SqlStatement::Truncate { .. } => StatementKind::Ddl,
             SqlStatement::Vacuum(_) => StatementKind::Vacuum,

@@ -9,24 +9,20 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::common::DFSchema;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::dataframe::DataFrame;
-use datafusion::datasource::provider_as_source;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::logical_expr::dml::{InsertOp, WriteOp};
+use datafusion::logical_expr::dml::WriteOp;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
-use datafusion::sql::sqlparser::ast::{
-    Expr as SqlExpr, OneOrManyWithParens, Statement as SqlStatement,
-};
+use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use futures::StreamExt;
 
 use super::{CATALOG, LocalPlanner, SCHEMA, StatementKind, StatementResult, parse};
-use crate::catalog::{ColumnDef, ColumnType};
 use crate::error::{Result, TableError};
 use crate::joinorder::Cardinalities;
-use crate::provider::{ScanCounters, ScanOptions, TierSchema, TierTable};
-use crate::tables::{NewTable, Tables};
+use crate::provider::{ScanCounters, TierSchema};
+use crate::tables::Tables;
 use crate::txn::{Transaction, TxSlot};
 
 /// One client's session: a DataFusion context of its own (settings, prepared plans) over
@@ -462,6 +458,9 @@ impl SqlSession {
             return Ok(None);
         }
         self.schema.refresh().await?;
+        let mut stmt = stmt.clone();
+        crate::views::expand(&self.tables, &mut stmt).await?;
+        let stmt = &stmt;
         let state = self.ctx.state();
         self.require_tables(&state, stmt)?;
         if crate::dml::is_update_or_delete(stmt) {
@@ -526,6 +525,9 @@ impl SqlSession {
         self.schema.refresh().await?;
         if let Some(outcome) = self.drop_or_truncate(&stmt).await? {
             return Ok(outcome);
+        }
+        if matches!(kind, StatementKind::Query | StatementKind::Write) {
+            crate::views::expand(&self.tables, &mut stmt).await?;
         }
         if crate::dml::is_update_or_delete(&stmt) {
             let state = self.ctx.state();
@@ -607,44 +609,11 @@ impl SqlSession {
         }
     }
 
-    /// `DROP TABLE a, b` (DataFusion plans one name only) and `TRUNCATE a, b`, each one
-    /// atomic catalog commit; `None` for other statements.
-    async fn drop_or_truncate(&self, stmt: &DfStatement) -> Result<Option<Outcome>> {
-        use datafusion::sql::sqlparser::ast::ObjectType;
-        let DfStatement::Statement(s) = stmt else {
-            return Ok(None);
-        };
-        let outcome = match s.as_ref() {
-            SqlStatement::Drop {
-                object_type: ObjectType::Table,
-                names,
-                if_exists,
-                ..
-            } if names.len() > 1 => {
-                let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
-                self.tables.drop_tables(&names, *if_exists).await?;
-                "DROP TABLE"
-            }
-            SqlStatement::Truncate(t) => {
-                let names = t
-                    .table_names
-                    .iter()
-                    .map(|t| table_name(&t.name))
-                    .collect::<Result<Vec<_>>>()?;
-                self.tables.truncate(&names).await?;
-                "TRUNCATE TABLE"
-            }
-            _ => return Ok(None),
-        };
-        self.schema.refresh().await?;
-        Ok(Some(Outcome::Command(outcome.into())))
-    }
-
     /// The context a statement runs in: the session's, or, when queries are spread over
     /// workers and this session's open transaction has written segments (which its scans
     /// read and no worker can: they are in no catalog yet), the same without the
     /// distributed planner, so the statement runs in this process alone.
-    fn exec_ctx(&self) -> SessionContext {
+    pub(super) fn exec_ctx(&self) -> SessionContext {
         if !self.distributed || self.abort.slot.current().is_none_or(|tx| tx.is_empty()) {
             return self.ctx.clone();
         }
@@ -756,97 +725,6 @@ impl SqlSession {
         }
         Ok(())
     }
-
-    async fn create_table(
-        &self,
-        c: datafusion::logical_expr::CreateMemoryTable,
-        declared: &[datafusion::sql::sqlparser::ast::DataType],
-        order: Option<OneOrManyWithParens<SqlExpr>>,
-        part: Option<Box<SqlExpr>>,
-    ) -> Result<Outcome> {
-        if c.temporary {
-            return Err(TableError::Schema(
-                "CREATE TEMPORARY TABLE is not supported: every tierdb table is stored".into(),
-            ));
-        }
-        if !c.column_defaults.is_empty() {
-            return Err(TableError::Schema(
-                "column DEFAULT values are not supported".into(),
-            ));
-        }
-        let name = c.name.table().to_string();
-        let schema = c.input.schema();
-        let mut columns = Vec::new();
-        for (i, f) in schema.fields().iter().enumerate() {
-            let mut ty = ColumnType::from_arrow(f.name(), f.data_type())?;
-            if let Some(d) = declared.get(i) {
-                ty = ty.with_declared(d);
-            }
-            columns.push(ColumnDef {
-                name: f.name().clone(),
-                ty,
-                nullable: f.is_nullable(),
-            });
-        }
-        let sort_key = match order {
-            None => Vec::new(),
-            Some(OneOrManyWithParens::One(e)) => vec![key_column(&e, "ORDER BY")?],
-            Some(OneOrManyWithParens::Many(es)) => es
-                .iter()
-                .map(|e| key_column(e, "ORDER BY"))
-                .collect::<Result<_>>()?,
-        };
-        let partition_key = part.map(|e| key_column(&e, "PARTITION BY")).transpose()?;
-        if c.or_replace {
-            self.tables.drop_table(&name, true).await?;
-        }
-        let existed = self.tables.table(&name).await?.is_some();
-        let def = self
-            .tables
-            .create_table(
-                NewTable {
-                    name: name.clone(),
-                    columns,
-                    sort_key,
-                    partition_key,
-                },
-                c.if_not_exists,
-            )
-            .await?;
-        self.schema.refresh().await?;
-        let is_ctas = !matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(_));
-        if !is_ctas || existed {
-            return Ok(Outcome::Command("CREATE TABLE".into()));
-        }
-        // CREATE TABLE … AS SELECT: the rows go in like an INSERT … SELECT. If that fails
-        // the new (empty) table is dropped again.
-        let table = TierTable::load(
-            self.tables.clone(),
-            def,
-            self.counters.clone(),
-            ScanOptions::default(),
-        )
-        .await?;
-        let insert = LogicalPlanBuilder::insert_into(
-            c.input.as_ref().clone(),
-            name.as_str(),
-            provider_as_source(Arc::new(table)),
-            InsertOp::Append,
-        )?
-        .build()?;
-        let run = async {
-            let df = self.exec_ctx().execute_logical_plan(insert).await?;
-            Ok::<_, TableError>(df.collect().await?)
-        };
-        match run.await {
-            Ok(batches) => Ok(Outcome::Command(format!("SELECT {}", inserted(&batches)))),
-            Err(e) => {
-                self.tables.drop_table(&name, true).await?;
-                self.schema.refresh().await?;
-                Err(e)
-            }
-        }
-    }
 }
 
 /// How long VACUUM keeps a file after it left the catalog, for readers that planned before
@@ -854,7 +732,7 @@ impl SqlSession {
 pub const DEFAULT_VACUUM_RETAIN: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The row count an INSERT plan returns (one UInt64 "count" value).
-fn inserted(batches: &[RecordBatch]) -> u64 {
+pub(super) fn inserted(batches: &[RecordBatch]) -> u64 {
     batches
         .first()
         .filter(|b| b.num_columns() == 1 && b.num_rows() == 1)
@@ -865,35 +743,4 @@ fn inserted(batches: &[RecordBatch]) -> u64 {
                 .map(|a| a.value(0))
         })
         .unwrap_or(0)
-}
-
-/// A table's name as the catalog keys it: unquoted parts lower case; only the `public`
-/// schema (or none) may be named.
-fn table_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Result<String> {
-    let parts: Vec<String> = name
-        .0
-        .iter()
-        .map(|p| match p.as_ident() {
-            Some(id) if id.quote_style.is_some() => id.value.clone(),
-            Some(id) => id.value.to_lowercase(),
-            None => p.to_string(),
-        })
-        .collect();
-    match parts.as_slice() {
-        [t] => Ok(t.clone()),
-        [s, t] if s == SCHEMA => Ok(t.clone()),
-        [c, s, t] if c == CATALOG && s == SCHEMA => Ok(t.clone()),
-        _ => Err(TableError::NoTable(name.to_string())),
-    }
-}
-
-/// A key given as a plain column name (normalized as DataFusion does: lowercase unless quoted).
-fn key_column(e: &SqlExpr, clause: &str) -> Result<String> {
-    match e {
-        SqlExpr::Identifier(id) if id.quote_style.is_some() => Ok(id.value.clone()),
-        SqlExpr::Identifier(id) => Ok(id.value.to_lowercase()),
-        other => Err(TableError::Schema(format!(
-            "{clause} {other}: table keys must be column names"
-        ))),
-    }
 }

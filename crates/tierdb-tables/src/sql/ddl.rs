@@ -1,0 +1,230 @@
+//! DDL a session carries out on the catalog: CREATE TABLE (… AS SELECT), DROP TABLE of
+//! several tables, TRUNCATE, CREATE/DROP VIEW. Each is one atomic catalog commit, made at
+//! once (also inside a transaction).
+
+use std::sync::Arc;
+
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::{
+    Expr as SqlExpr, ObjectType, OneOrManyWithParens, Statement as SqlStatement,
+};
+
+use super::session::{Outcome, inserted};
+use super::{CATALOG, SCHEMA, SqlSession};
+use crate::catalog::{ColumnDef, ColumnType};
+use crate::error::{Result, TableError};
+use crate::provider::{ScanOptions, TierTable};
+use crate::tables::NewTable;
+
+impl SqlSession {
+    /// Stores a view once its query (with the views it reads expanded) plans, with as many
+    /// columns as it names (invariant 2 of `views`).
+    async fn create_view(&self, cv: &datafusion::sql::sqlparser::ast::CreateView) -> Result<()> {
+        if cv.materialized {
+            return Err(TableError::Unsupported(
+                "CREATE MATERIALIZED VIEW is not supported: use CREATE TABLE … AS SELECT".into(),
+            ));
+        }
+        let name = table_name(&cv.name)?;
+        if name.starts_with(crate::dml::ROWS_PREFIX) {
+            return Err(TableError::Schema(format!(
+                "{name}: names starting with {} are reserved",
+                crate::dml::ROWS_PREFIX
+            )));
+        }
+        if cv.if_not_exists && self.tables.view(&name).await?.is_some() {
+            return Ok(());
+        }
+        let query = cv.query.to_string();
+        let mut check = DfStatement::Statement(Box::new(SqlStatement::Query(cv.query.clone())));
+        crate::views::expand(&self.tables, &mut check).await?;
+        let plan = self.ctx.state().statement_to_plan(check).await?;
+        let columns: Vec<String> = cv.columns.iter().map(|c| c.name.value.clone()).collect();
+        let width = plan.schema().fields().len();
+        if !columns.is_empty() && columns.len() != width {
+            return Err(TableError::Schema(format!(
+                "view {name} names {} columns, its query returns {width}",
+                columns.len()
+            )));
+        }
+        let def = crate::views::ViewDef {
+            name,
+            columns,
+            query,
+            created_ms: tierdb_kv::lease::now_ms(),
+        };
+        self.tables.create_view(def, cv.or_replace).await
+    }
+
+    /// `DROP TABLE a, b` (DataFusion plans one name only), `TRUNCATE a, b`, `CREATE [OR
+    /// REPLACE] VIEW`, `DROP VIEW`, each one atomic catalog commit; `None` for other
+    /// statements.
+    pub(super) async fn drop_or_truncate(&self, stmt: &DfStatement) -> Result<Option<Outcome>> {
+        let DfStatement::Statement(s) = stmt else {
+            return Ok(None);
+        };
+        let outcome = match s.as_ref() {
+            SqlStatement::Drop {
+                object_type: ObjectType::Table,
+                names,
+                if_exists,
+                ..
+            } if names.len() > 1 => {
+                let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
+                self.tables.drop_tables(&names, *if_exists).await?;
+                "DROP TABLE"
+            }
+            SqlStatement::Drop {
+                object_type: ObjectType::View,
+                names,
+                if_exists,
+                ..
+            } => {
+                let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
+                self.tables.drop_views(&names, *if_exists).await?;
+                "DROP VIEW"
+            }
+            SqlStatement::CreateView(cv) => {
+                self.create_view(cv).await?;
+                "CREATE VIEW"
+            }
+            SqlStatement::Truncate(t) => {
+                let names = t
+                    .table_names
+                    .iter()
+                    .map(|t| table_name(&t.name))
+                    .collect::<Result<Vec<_>>>()?;
+                self.tables.truncate(&names).await?;
+                "TRUNCATE TABLE"
+            }
+            _ => return Ok(None),
+        };
+        self.schema.refresh().await?;
+        Ok(Some(Outcome::Command(outcome.into())))
+    }
+
+    pub(super) async fn create_table(
+        &self,
+        c: datafusion::logical_expr::CreateMemoryTable,
+        declared: &[datafusion::sql::sqlparser::ast::DataType],
+        order: Option<OneOrManyWithParens<SqlExpr>>,
+        part: Option<Box<SqlExpr>>,
+    ) -> Result<Outcome> {
+        if c.temporary {
+            return Err(TableError::Schema(
+                "CREATE TEMPORARY TABLE is not supported: every tierdb table is stored".into(),
+            ));
+        }
+        if !c.column_defaults.is_empty() {
+            return Err(TableError::Schema(
+                "column DEFAULT values are not supported".into(),
+            ));
+        }
+        let name = c.name.table().to_string();
+        let schema = c.input.schema();
+        let mut columns = Vec::new();
+        for (i, f) in schema.fields().iter().enumerate() {
+            let mut ty = ColumnType::from_arrow(f.name(), f.data_type())?;
+            if let Some(d) = declared.get(i) {
+                ty = ty.with_declared(d);
+            }
+            columns.push(ColumnDef {
+                name: f.name().clone(),
+                ty,
+                nullable: f.is_nullable(),
+            });
+        }
+        let sort_key = match order {
+            None => Vec::new(),
+            Some(OneOrManyWithParens::One(e)) => vec![key_column(&e, "ORDER BY")?],
+            Some(OneOrManyWithParens::Many(es)) => es
+                .iter()
+                .map(|e| key_column(e, "ORDER BY"))
+                .collect::<Result<_>>()?,
+        };
+        let partition_key = part.map(|e| key_column(&e, "PARTITION BY")).transpose()?;
+        if c.or_replace {
+            self.tables.drop_table(&name, true).await?;
+        }
+        let existed = self.tables.table(&name).await?.is_some();
+        let def = self
+            .tables
+            .create_table(
+                NewTable {
+                    name: name.clone(),
+                    columns,
+                    sort_key,
+                    partition_key,
+                },
+                c.if_not_exists,
+            )
+            .await?;
+        self.schema.refresh().await?;
+        let is_ctas = !matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(_));
+        if !is_ctas || existed {
+            return Ok(Outcome::Command("CREATE TABLE".into()));
+        }
+        // CREATE TABLE … AS SELECT: the rows go in like an INSERT … SELECT. If that fails
+        // the new (empty) table is dropped again.
+        let table = TierTable::load(
+            self.tables.clone(),
+            def,
+            self.counters.clone(),
+            ScanOptions::default(),
+        )
+        .await?;
+        let insert = LogicalPlanBuilder::insert_into(
+            c.input.as_ref().clone(),
+            name.as_str(),
+            provider_as_source(Arc::new(table)),
+            InsertOp::Append,
+        )?
+        .build()?;
+        let run = async {
+            let df = self.exec_ctx().execute_logical_plan(insert).await?;
+            Ok::<_, TableError>(df.collect().await?)
+        };
+        match run.await {
+            Ok(batches) => Ok(Outcome::Command(format!("SELECT {}", inserted(&batches)))),
+            Err(e) => {
+                self.tables.drop_table(&name, true).await?;
+                self.schema.refresh().await?;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A table's name as the catalog keys it: unquoted parts lower case; only the `public`
+/// schema (or none) may be named.
+fn table_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Result<String> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|p| match p.as_ident() {
+            Some(id) if id.quote_style.is_some() => id.value.clone(),
+            Some(id) => id.value.to_lowercase(),
+            None => p.to_string(),
+        })
+        .collect();
+    match parts.as_slice() {
+        [t] => Ok(t.clone()),
+        [s, t] if s == SCHEMA => Ok(t.clone()),
+        [c, s, t] if c == CATALOG && s == SCHEMA => Ok(t.clone()),
+        _ => Err(TableError::NoTable(name.to_string())),
+    }
+}
+
+/// A key given as a plain column name (normalized as DataFusion does: lowercase unless quoted).
+fn key_column(e: &SqlExpr, clause: &str) -> Result<String> {
+    match e {
+        SqlExpr::Identifier(id) if id.quote_style.is_some() => Ok(id.value.clone()),
+        SqlExpr::Identifier(id) => Ok(id.value.to_lowercase()),
+        other => Err(TableError::Schema(format!(
+            "{clause} {other}: table keys must be column names"
+        ))),
+    }
+}

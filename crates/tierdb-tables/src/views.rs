@@ -1,0 +1,311 @@
+//! Views: a name for a query, kept in the catalog (`Tv` + name) as the query's text, and
+//! expanded into every statement that reads it before the statement is planned, as
+//! PostgreSQL's rewriter does. A view so always reads the tables as they are when the
+//! statement runs (a plan kept from `CREATE VIEW` would hold that moment's segments).
+//!
+//! Invariants:
+//!
+//! 1. Tables and views share one namespace: neither is created over the other's name.
+//! 2. A view is checked when it is created: its query (views in it expanded) must plan.
+//! 3. A name a `WITH` clause defines hides a view of that name inside that query.
+//! 4. Views nest at most [`MAX_DEPTH`] deep (a view cannot name itself through others).
+//! 5. Views are read-only: INSERT, UPDATE and DELETE naming one are refused (0A000).
+
+use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
+
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::{
+    Ident, ObjectName, Query, Statement, TableAlias, TableAliasColumnDef, TableFactor, VisitMut,
+    VisitorMut,
+};
+use serde::{Deserialize, Serialize};
+use tierdb_kv::KvWrite;
+
+use crate::catalog::{self, CatalogBatch};
+use crate::error::{Result, TableError};
+use crate::tables::Tables;
+
+/// How deep views may nest (invariant 4).
+pub const MAX_DEPTH: usize = 16;
+
+/// A stored view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewDef {
+    pub name: String,
+    /// Column names given in `CREATE VIEW v (a, b)`; empty: the query's own.
+    pub columns: Vec<String>,
+    /// The query, as sqlparser writes it back.
+    pub query: String,
+    pub created_ms: u64,
+}
+
+impl ViewDef {
+    fn parsed(&self) -> Result<Query> {
+        match crate::sql::parse(&self.query)?.pop() {
+            Some(DfStatement::Statement(s)) => match *s {
+                Statement::Query(q) => Ok(*q),
+                other => Err(damaged(&self.name, &format!("not a query: {other}"))),
+            },
+            _ => Err(damaged(&self.name, "no query")),
+        }
+    }
+}
+
+fn damaged(name: &str, why: &str) -> TableError {
+    TableError::Damaged {
+        key: format!("view {name}"),
+        reason: why.to_string(),
+    }
+}
+
+impl Tables {
+    pub async fn view(&self, name: &str) -> Result<Option<ViewDef>> {
+        catalog::get_view(self.reader.as_ref(), name).await
+    }
+
+    pub async fn views(&self) -> Result<Vec<ViewDef>> {
+        catalog::list_views(self.reader.as_ref()).await
+    }
+
+    /// Stores `def` (replacing a view of that name with `or_replace`); the caller has
+    /// checked that its query plans (invariant 2).
+    pub async fn create_view(&self, def: ViewDef, or_replace: bool) -> Result<()> {
+        let kv = self.kv_writer()?;
+        let _guard = self.commit_lock.lock().await;
+        if self.table(&def.name).await?.is_some()
+            || (!or_replace && self.view(&def.name).await?.is_some())
+        {
+            return Err(TableError::TableExists(def.name));
+        }
+        let mut b = CatalogBatch::default();
+        b.put_view(&def);
+        kv.commit(b.stamped()).await?;
+        Ok(())
+    }
+
+    /// Drops the views of `names` in one commit: all of them or, if one does not exist
+    /// and not `if_exists`, none.
+    pub async fn drop_views(&self, names: &[String], if_exists: bool) -> Result<()> {
+        let kv = self.kv_writer()?;
+        let _guard = self.commit_lock.lock().await;
+        let mut b = CatalogBatch::default();
+        for name in names {
+            match self.view(name).await? {
+                Some(_) => b.delete_view(name),
+                None if if_exists => {}
+                None => {
+                    return Err(TableError::NoTable(format!("{name} (no such view)")));
+                }
+            }
+        }
+        kv.commit(b.stamped()).await?;
+        Ok(())
+    }
+}
+
+/// Replaces every view `stmt` reads with its query (recursively), as a derived table
+/// named like the view. Fails with 0A000 when a view is the target of a write.
+pub async fn expand(tables: &Tables, stmt: &mut DfStatement) -> Result<()> {
+    let DfStatement::Statement(s) = stmt else {
+        return Ok(());
+    };
+    let names = named_relations(s.as_mut());
+    if names.is_empty() {
+        return Ok(());
+    }
+    let stored = tables.views().await?;
+    if stored.is_empty() {
+        return Ok(());
+    }
+    let views: HashMap<String, ViewDef> = stored.into_iter().map(|v| (v.name.clone(), v)).collect();
+    refuse_write_targets(s, &views)?;
+    let mut expanded = HashMap::new();
+    for name in names {
+        if views.contains_key(&name) {
+            expand_view(&name, &views, &mut expanded, 0)?;
+        }
+    }
+    rewrite(s.as_mut(), &expanded);
+    Ok(())
+}
+
+/// `name`'s query with the views in it expanded, into `done` (invariant 4 bounds it).
+fn expand_view(
+    name: &str,
+    views: &HashMap<String, ViewDef>,
+    done: &mut HashMap<String, (Query, Vec<String>)>,
+    depth: usize,
+) -> Result<()> {
+    if done.contains_key(name) {
+        return Ok(());
+    }
+    if depth >= MAX_DEPTH {
+        return Err(TableError::Schema(format!(
+            "view {name}: views nest more than {MAX_DEPTH} deep (or refer to themselves)"
+        )));
+    }
+    let Some(def) = views.get(name) else {
+        return Ok(());
+    };
+    let mut query = def.parsed()?;
+    let mut inner = HashMap::new();
+    for n in named_relations(&mut query) {
+        if views.contains_key(&n) {
+            expand_view(&n, views, &mut inner, depth + 1)?;
+        }
+    }
+    rewrite(&mut query, &inner);
+    done.extend(inner);
+    done.insert(name.to_string(), (query, def.columns.clone()));
+    Ok(())
+}
+
+/// The catalog name of a relation name (unquoted parts lower case, `public.` dropped);
+/// `None` for a name in another schema.
+fn relation_name(name: &ObjectName) -> Option<String> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|p| {
+            p.as_ident().map(|id| {
+                if id.quote_style.is_some() {
+                    id.value.clone()
+                } else {
+                    id.value.to_lowercase()
+                }
+            })
+        })
+        .collect::<Option<_>>()?;
+    match parts.as_slice() {
+        [t] => Some(t.clone()),
+        [s, t] if s == crate::sql::SCHEMA => Some(t.clone()),
+        _ => None,
+    }
+}
+
+/// Every plain relation name in `node` (candidates for views).
+fn named_relations<T: VisitMut>(node: &mut T) -> HashSet<String> {
+    let mut names = HashSet::new();
+    let _ = datafusion::sql::sqlparser::ast::visit_relations_mut(node, |n| {
+        if let Some(name) = relation_name(n) {
+            names.insert(name);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    names
+}
+
+/// Invariant 5.
+fn refuse_write_targets(stmt: &Statement, views: &HashMap<String, ViewDef>) -> Result<()> {
+    let target = match stmt {
+        Statement::Insert(i) => match &i.table {
+            datafusion::sql::sqlparser::ast::TableObject::TableName(n) => relation_name(n),
+            _ => None,
+        },
+        Statement::Update(u) => match &u.table.relation {
+            TableFactor::Table { name, .. } => relation_name(name),
+            _ => None,
+        },
+        Statement::Delete(d) => match &d.from {
+            datafusion::sql::sqlparser::ast::FromTable::WithFromKeyword(t)
+            | datafusion::sql::sqlparser::ast::FromTable::WithoutKeyword(t) => {
+                t.first().and_then(|t| match &t.relation {
+                    TableFactor::Table { name, .. } => relation_name(name),
+                    _ => None,
+                })
+            }
+        },
+        _ => None,
+    };
+    match target {
+        Some(name) if views.contains_key(&name) => Err(TableError::Unsupported(format!(
+            "cannot change rows through view {name}: tierdb views are read-only; write to \
+             the tables it reads"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Replaces the relations `expanded` names in `node` by their queries.
+fn rewrite<T: VisitMut>(node: &mut T, expanded: &HashMap<String, (Query, Vec<String>)>) {
+    if expanded.is_empty() {
+        return;
+    }
+    let mut v = Expander {
+        expanded,
+        ctes: Vec::new(),
+    };
+    let _ = node.visit(&mut v);
+}
+
+struct Expander<'a> {
+    expanded: &'a HashMap<String, (Query, Vec<String>)>,
+    /// The names `WITH` clauses define, innermost last (invariant 3).
+    ctes: Vec<HashSet<String>>,
+}
+
+impl VisitorMut for Expander<'_> {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        let names = query
+            .with
+            .iter()
+            .flat_map(|w| w.cte_tables.iter())
+            .map(|c| c.alias.name.value.to_lowercase())
+            .collect();
+        self.ctes.push(names);
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
+        self.ctes.pop();
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        let TableFactor::Table {
+            name,
+            alias,
+            args: None,
+            ..
+        } = factor
+        else {
+            return ControlFlow::Continue(());
+        };
+        let Some(key) = relation_name(name) else {
+            return ControlFlow::Continue(());
+        };
+        if self.ctes.iter().any(|c| c.contains(&key)) {
+            return ControlFlow::Continue(());
+        }
+        let Some((query, columns)) = self.expanded.get(&key) else {
+            return ControlFlow::Continue(());
+        };
+        let named = |name: &str| TableAliasColumnDef {
+            name: Ident::new(name),
+            data_type: None,
+        };
+        let alias = match alias.clone() {
+            Some(mut a) if a.columns.is_empty() => {
+                a.columns = columns.iter().map(|c| named(c)).collect();
+                a
+            }
+            Some(a) => a,
+            None => TableAlias {
+                explicit: true,
+                name: Ident::new(key.clone()),
+                columns: columns.iter().map(|c| named(c)).collect(),
+                at: None,
+            },
+        };
+        *factor = TableFactor::Derived {
+            lateral: false,
+            subquery: Box::new(query.clone()),
+            alias: Some(alias),
+            sample: None,
+        };
+        ControlFlow::Continue(())
+    }
+}
