@@ -1,6 +1,7 @@
 //! Catalog and settings functions tools call that datafusion-pg-catalog does not have:
 //! `current_setting` and `set_config` (pg_dump, Grafana, dbt), `pg_typeof`,
-//! `pg_is_other_temp_schema` (dbt docs), `pg_postmaster_start_time` (DataGrip).
+//! `pg_is_other_temp_schema` (dbt docs), `pg_postmaster_start_time` (DataGrip),
+//! `pg_is_in_recovery` (pg_dump).
 
 use std::sync::Arc;
 
@@ -14,15 +15,15 @@ use datafusion::logical_expr::{
 };
 use tierdb_tables::SqlEngine;
 
-use crate::SERVER_VERSION;
+use crate::{SERVER_VERSION, SERVER_VERSION_NUM};
 
 /// The settings `current_setting` answers, as this server has them (`SET` of a session
 /// does not change these answers; `SHOW` answers the session's own).
 fn setting(name: &str) -> Option<String> {
     Some(
         match name.to_ascii_lowercase().as_str() {
-            "server_version" => SERVER_VERSION.split(' ').next().unwrap_or("16.6"),
-            "server_version_num" => "160006",
+            "server_version" => SERVER_VERSION.split(' ').next().unwrap_or("15.18"),
+            "server_version_num" => SERVER_VERSION_NUM,
             "search_path" => "\"$user\", public",
             "standard_conforming_strings" | "integer_datetimes" | "is_superuser" => "on",
             "client_encoding" | "server_encoding" => "UTF8",
@@ -168,6 +169,24 @@ pub(crate) fn install(engine: &SqlEngine) {
             ))))
         }),
     ));
+    // Privileges: tierdb has one user, who owns everything; no ACL differs from the
+    // default, which tools then leave out of their output.
+    ctx.register_udf(create_udf(
+        "acldefault",
+        vec![DataType::Utf8, DataType::Int64],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
+    ));
+    // A replica (serve --read-only) is "in recovery", as a PostgreSQL standby is.
+    let replica = engine.tables().is_read_only();
+    ctx.register_udf(create_udf(
+        "pg_is_in_recovery",
+        vec![],
+        DataType::Boolean,
+        Volatility::Stable,
+        Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(replica))))),
+    ));
     let started = started_micros();
     ctx.register_udf(create_udf(
         "pg_postmaster_start_time",
@@ -203,8 +222,8 @@ mod tests {
 
     #[test]
     fn settings_tools_read() {
-        assert_eq!(setting("server_version_num").as_deref(), Some("160006"));
-        assert_eq!(setting("SERVER_VERSION").as_deref(), Some("16.6"));
+        assert_eq!(setting("server_version_num").as_deref(), Some("150018"));
+        assert_eq!(setting("SERVER_VERSION").as_deref(), Some("15.18"));
         assert_eq!(setting("search_path").as_deref(), Some("\"$user\", public"));
         assert_eq!(setting("no_such_setting"), None);
     }

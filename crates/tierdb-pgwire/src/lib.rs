@@ -18,7 +18,7 @@
 //! | [`serve`] (here) | the accept loop: one set of handlers per connection |
 //! | `tls`, `auth` | TLS (rustls) and the loopback rule; SCRAM against the one user |
 //! | `conn` | a connection's session (made again after a reopen) and running one statement |
-//! | `parse` | query strings into statements (PostgreSQL's syntax, then tierdb's) |
+//! | `parse`, `systemcols` | query strings into statements (PostgreSQL's syntax, then tierdb's); catalog system columns |
 //! | `simple`, `extended` | the simple and the extended query protocol |
 //! | `copy` | COPY FROM STDIN (into the import path) and COPY TO STDOUT, their formats |
 //! | `cancel` | CancelRequests |
@@ -40,6 +40,7 @@ mod extended;
 mod parse;
 mod show;
 mod simple;
+mod systemcols;
 mod tls;
 
 use std::sync::Arc;
@@ -59,8 +60,12 @@ use errors::SqlStates;
 use extended::Extended;
 
 /// The version clients are told (`server_version`, `version()`): PostgreSQL's protocol and
-/// catalog as of this major version, served by tierdb.
-pub const SERVER_VERSION: &str = concat!("16.6 (tierdb ", env!("CARGO_PKG_VERSION"), ")");
+/// catalog as of this major version, served by tierdb. 15, the PostgreSQL these machines
+/// install: pg_dump refuses to dump a server newer than itself.
+pub const SERVER_VERSION: &str = concat!("15.18 (tierdb ", env!("CARGO_PKG_VERSION"), ")");
+
+/// [`SERVER_VERSION`] as `server_version_num`.
+pub const SERVER_VERSION_NUM: &str = "150018";
 
 /// The served database: the SQL engine, reopened in place when it fails.
 pub type Served = tierdb_engine::Supervised<SqlEngine>;

@@ -40,7 +40,12 @@ fn parse_unrepaired(
     parser: &PostgresCompatibilityParser,
     sql: &str,
 ) -> PgWireResult<Vec<Statement>> {
-    if let Ok(statements) = parser.parse(sql) {
+    if let Ok(mut statements) = parser.parse(sql) {
+        if sql.contains("pg_") {
+            for s in &mut statements {
+                crate::systemcols::rewrite(s);
+            }
+        }
         if !sql.contains("pg_catalog") {
             return Ok(statements);
         }

@@ -53,7 +53,7 @@ pub(crate) fn show_server_version(stmt: &Statement) -> Option<PgWireResult<Respo
     let name = shown_variable(stmt)?;
     let value = match name.as_str() {
         "server_version" => SERVER_VERSION.to_string(),
-        "server_version_num" => "160006".to_string(),
+        "server_version_num" => crate::SERVER_VERSION_NUM.to_string(),
         _ => return None,
     };
     Some(Ok(one_value(name, value)))
