@@ -218,6 +218,10 @@ pub struct TableDef {
     #[serde(default)]
     pub partition_key: Option<String>,
     pub created_ms: u64,
+    /// Columns dropped by ALTER TABLE whose values older segments still hold: a column of
+    /// one of these names cannot be added again (it would read those values).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
 }
 
 impl TableDef {

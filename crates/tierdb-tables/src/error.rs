@@ -60,6 +60,11 @@ pub enum TableError {
     #[error("value too long for type {ty} of column {column}")]
     ValueTooLong { column: String, ty: String },
 
+    /// A column that ALTER TABLE cannot add, drop or find (SQLSTATE `code`: 42701, 42703,
+    /// 23502, 0A000); nothing was changed.
+    #[error("{message}")]
+    Column { code: &'static str, message: String },
+
     /// A statement that the transaction state does not allow (SQLSTATE `code`).
     #[error("{message}")]
     Transaction { code: &'static str, message: String },
@@ -87,6 +92,7 @@ impl TableError {
             TableError::Io(_) => ErrorKind::Retry,
             TableError::Conflict(_) => ErrorKind::Conflict,
             TableError::Transaction { .. }
+            | TableError::Column { .. }
             | TableError::Unsupported(_)
             | TableError::ValueTooLong { .. } => ErrorKind::Input,
         }
@@ -102,7 +108,7 @@ impl TableError {
             TableError::Schema(_) => "42601",       // syntax_error (what tierdb cannot store)
             TableError::Import(_) => "22000",       // data_exception
             TableError::DataFusion(e) => datafusion_sqlstate(e),
-            TableError::Transaction { code, .. } => code,
+            TableError::Transaction { code, .. } | TableError::Column { code, .. } => code,
             TableError::Unsupported(_) => "0A000", // feature_not_supported
             TableError::ValueTooLong { .. } => "22001", // string_data_right_truncation
             _ => match self.kind() {

@@ -8,6 +8,7 @@
 //! - [`provider`]: DataFusion's view: extent elimination before any file is opened.
 //! - [`readahead`]: fetching the next row groups of a sequential segment scan.
 //! - [`sql`]: the SQL engine (DataFusion), with CREATE/DROP TABLE on the catalog.
+//! - [`alter`]: ALTER TABLE (rename, add and drop columns) as catalog-only commits.
 //! - [`joinorder`]: a join-reordering rule for star joins.
 //! - [`checked`]: integer arithmetic that fails on overflow, `sum(bigint)` as numeric.
 //! - [`txn`]: transactions (BEGIN … COMMIT) and what their statements see.
@@ -15,6 +16,7 @@
 //! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files ([`textvalue`]: the
 //!   text forms of timestamps and BYTEA).
 
+pub mod alter;
 pub mod catalog;
 pub mod checked;
 pub mod checksum;

@@ -249,6 +249,7 @@ mod tests {
             sort_key: Vec::new(),
             partition_key: None,
             created_ms: 0,
+            dropped: Vec::new(),
         };
         let schema = Arc::new(Schema::new(vec![
             Field::new("narrow", DataType::Int32, false),

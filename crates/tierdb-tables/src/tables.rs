@@ -176,6 +176,7 @@ impl Tables {
             sort_key: new.sort_key,
             partition_key: new.partition_key,
             created_ms: tierdb_kv::lease::now_ms(),
+            dropped: Vec::new(),
         };
         def.validate()?;
         let mut b = CatalogBatch::default();
@@ -316,7 +317,14 @@ impl Tables {
         let _guard = self.commit_lock.lock().await;
         for w in &writes {
             match self.table(&w.table.name).await.map_err(before)? {
-                Some(now) if now.id == w.table.id => {}
+                Some(now) if now.id == w.table.id && now.columns == w.table.columns => {}
+                Some(now) if now.id == w.table.id => {
+                    return Err(before(TableError::Conflict(format!(
+                        "table {} was altered (ALTER TABLE) while rows were being written; \
+                         nothing was committed, retry",
+                        w.table.name
+                    ))));
+                }
                 _ => {
                     return Err(before(TableError::NoTable(format!(
                         "{} (it was dropped while rows were being written; nothing was committed)",

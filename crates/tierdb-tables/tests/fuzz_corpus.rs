@@ -32,6 +32,7 @@ fn seeds() -> Vec<Vec<u8>> {
         sort_key: vec!["a".into()],
         partition_key: Some("a".into()),
         created_ms: 1,
+        dropped: Vec::new(),
     };
     let stats = |min, max| ColumnStats {
         min: Some(min),

@@ -20,6 +20,89 @@ use crate::provider::{ScanOptions, TierTable};
 use crate::tables::NewTable;
 
 impl SqlSession {
+    /// ALTER TABLE: RENAME TO, ADD COLUMN, DROP COLUMN (see `alter.rs`), the whole
+    /// statement one commit; other forms are refused before anything changes.
+    async fn alter_table(&self, at: &datafusion::sql::sqlparser::ast::AlterTable) -> Result<()> {
+        use crate::alter::TableChange;
+        use datafusion::sql::sqlparser::ast::{AlterTableOperation as Op, RenameTableNameKind};
+        let name = table_name(&at.name)?;
+        if at.if_exists && self.tables.table(&name).await?.is_none() {
+            return Ok(());
+        }
+        let mut changes = Vec::new();
+        for op in &at.operations {
+            changes.push(match op {
+                Op::RenameTable {
+                    table_name: RenameTableNameKind::To(n) | RenameTableNameKind::As(n),
+                } => TableChange::RenameTo(table_name(n)?),
+                Op::AddColumn {
+                    if_not_exists,
+                    column_def,
+                    ..
+                } => TableChange::AddColumn {
+                    column: self.column_def(column_def).await?,
+                    if_not_exists: *if_not_exists,
+                },
+                Op::DropColumn {
+                    column_names,
+                    if_exists,
+                    ..
+                } => {
+                    for c in column_names {
+                        changes.push(TableChange::DropColumn {
+                            name: ident_name(c),
+                            if_exists: *if_exists,
+                        });
+                    }
+                    continue;
+                }
+                other => {
+                    return Err(TableError::Unsupported(format!(
+                        "ALTER TABLE … {other} is not supported: tierdb alters tables with \
+                         RENAME TO, ADD COLUMN and DROP COLUMN"
+                    )));
+                }
+            });
+        }
+        self.tables.alter_table(&name, &changes).await?;
+        self.schema.refresh().await?;
+        Ok(())
+    }
+
+    /// A column of ALTER TABLE … ADD COLUMN as the catalog keeps it: its type as
+    /// DataFusion plans it (through a CREATE TABLE of that one column), its declared
+    /// length, and NOT NULL.
+    async fn column_def(
+        &self,
+        c: &datafusion::sql::sqlparser::ast::ColumnDef,
+    ) -> Result<ColumnDef> {
+        use datafusion::sql::sqlparser::ast::ColumnOption;
+        if c.options
+            .iter()
+            .any(|o| !matches!(o.option, ColumnOption::NotNull | ColumnOption::Null))
+        {
+            return Err(TableError::Unsupported(format!(
+                "ADD COLUMN {c}: column options other than NULL and NOT NULL (DEFAULT, \
+                 constraints) are not supported"
+            )));
+        }
+        let probe = crate::sql::parse(&format!("CREATE TABLE __tierdb_probe ({c})"))?
+            .pop()
+            .ok_or_else(|| TableError::Schema(format!("ADD COLUMN {c}: no column")))?;
+        let plan = self.ctx.state().statement_to_plan(probe).await?;
+        let LogicalPlan::Ddl(datafusion::logical_expr::DdlStatement::CreateMemoryTable(t)) = plan
+        else {
+            return Err(TableError::Schema(format!("ADD COLUMN {c}: not a column")));
+        };
+        let schema = t.input.schema();
+        let f = schema.field(0);
+        Ok(ColumnDef {
+            name: f.name().clone(),
+            ty: ColumnType::from_arrow(f.name(), f.data_type())?.with_declared(&c.data_type),
+            nullable: f.is_nullable(),
+        })
+    }
+
     /// Stores a view once its query (with the views it reads expanded) plans, with as many
     /// columns as it names (invariant 2 of `views`).
     async fn create_view(&self, cv: &datafusion::sql::sqlparser::ast::CreateView) -> Result<()> {
@@ -86,6 +169,10 @@ impl SqlSession {
                 let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
                 self.tables.drop_views(&names, *if_exists).await?;
                 "DROP VIEW"
+            }
+            SqlStatement::AlterTable(at) => {
+                self.alter_table(at).await?;
+                "ALTER TABLE"
             }
             SqlStatement::CreateView(cv) => {
                 self.create_view(cv).await?;
@@ -215,6 +302,15 @@ fn table_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Result<Stri
         [s, t] if s == SCHEMA => Ok(t.clone()),
         [c, s, t] if c == CATALOG && s == SCHEMA => Ok(t.clone()),
         _ => Err(TableError::NoTable(name.to_string())),
+    }
+}
+
+/// An identifier as the catalog keys it: lower case unless quoted.
+fn ident_name(id: &datafusion::sql::sqlparser::ast::Ident) -> String {
+    if id.quote_style.is_some() {
+        id.value.clone()
+    } else {
+        id.value.to_lowercase()
     }
 }
 

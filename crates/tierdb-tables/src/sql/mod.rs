@@ -309,7 +309,8 @@ pub enum StatementKind {
     Release,
     /// ROLLBACK TO SAVEPOINT.
     RollbackTo,
-    /// CREATE TABLE, DROP TABLE, TRUNCATE: committed at once, also inside a transaction.
+    /// CREATE/DROP TABLE and VIEW, ALTER TABLE, TRUNCATE: committed at once, also inside a
+    /// transaction.
     Ddl,
     /// VACUUM: deletes unreferenced segment files.
     Vacuum,
@@ -340,6 +341,7 @@ impl StatementKind {
             SqlStatement::ReleaseSavepoint { .. } => StatementKind::Release,
             SqlStatement::CreateTable(_)
             | SqlStatement::CreateView(_)
+            | SqlStatement::AlterTable(_)
             | SqlStatement::Drop { .. }
             | SqlStatement::Truncate { .. } => StatementKind::Ddl,
             SqlStatement::Vacuum(_) => StatementKind::Vacuum,
