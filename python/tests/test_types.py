@@ -101,9 +101,7 @@ def test_result_columns_carry_postgresql_types_and_typmods(both):
 @pytest.mark.parametrize("options", ["", "(FORMAT csv)"])
 def test_copy_to_writes_what_postgresql_writes(both, options):
     pg, td = both
-    # REAL and DOUBLE are left out: PostgreSQL's shortest round-trip float text is not
-    # Arrow's (1e300 vs 1e+300), compared as values above.
-    cols = ", ".join(n for n, _ in COLUMNS if n not in ("r", "d"))
+    cols = ", ".join(n for n, _ in COLUMNS)
     sql = f"COPY (SELECT {cols} FROM ty ORDER BY id) TO STDOUT {options}"
 
     def copy_out(conn):
@@ -143,6 +141,35 @@ def test_refused_values_get_postgresql_sqlstates(both, sql):
             states.append(e.sqlstate)
     assert states[1] == states[0], f"tierdb {states[1]}, PostgreSQL {states[0]}"
     assert td.execute("SELECT count(*) FROM ty").fetchone()[0] == len(ROWS), "nothing written"
+
+
+FLOATS = [30000000000.0, 1e15, 123456789012345.0, 1e300, -1e-300, 0.0001, 0.00001, 1.0 / 3.0, 0.1, -0.0]
+
+
+def test_floats_are_written_as_postgresql_writes_them(both):
+    """The text of REAL and DOUBLE values in query results (what psql shows) and COPY."""
+    import shutil
+    import subprocess
+    pg, td = both
+    for conn in (pg, td):
+        conn.execute("CREATE TABLE fl (i INT NOT NULL, d DOUBLE PRECISION, r REAL)")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO fl VALUES (%s, %s, %s)",
+                            [(i, x, x if x == 0 or 1e-30 < abs(x) < 1e30 else None) for i, x in enumerate(FLOATS)])
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed (scripts/test.sh installs it)")
+
+    def psql(dsn):
+        p = subprocess.run(["psql", dsn, "-X", "-A", "-t", "-c", "SELECT d, r FROM fl ORDER BY i"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    pg_port = pg.info.port
+    td_port = td.info.port
+    want = psql(engines.pg_dsn(pg_port))
+    got = psql(engines.tierdb_dsn(td_port))
+    assert got == want
 
 
 def test_now_is_timestamptz(both):

@@ -77,6 +77,7 @@ pub(crate) fn encode_rows(
     let rows = stream
         .map(move |batch| match batch {
             Ok(b) => {
+                let b = crate::floats::as_pg_text(b, &fields);
                 futures::stream::iter(encode_recordbatch(fields.clone(), b).collect::<Vec<_>>())
             }
             Err(e) => futures::stream::iter(vec![Err(table_error(&TableError::from(e)))]),

@@ -24,7 +24,7 @@
 //! | `cancel` | CancelRequests |
 //! | `show` | SET/SHOW, statement_timeout, tierdb's own settings |
 //! | `compat`, `catalogfns` | pg_catalog and the catalog and settings functions tools call |
-//! | `encode`, `errors` | rows, command tags, errors and warnings on the wire |
+//! | `encode`, `floats`, `errors` | rows (floats in PostgreSQL's text), command tags, errors and warnings on the wire |
 //!
 //! [`SqlSession`]: tierdb_tables::sql::SqlSession
 
@@ -37,6 +37,7 @@ mod copy;
 mod encode;
 mod errors;
 mod extended;
+mod floats;
 mod parse;
 mod show;
 mod simple;

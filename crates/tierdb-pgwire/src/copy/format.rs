@@ -261,10 +261,11 @@ pub(crate) fn copy_out_stream(
                                     if col.is_null(row) {
                                         opts.field(None)
                                     } else {
-                                        opts.field(Some(&pg_text(
-                                            col.data_type(),
-                                            f.value(row).to_string(),
-                                        )))
+                                        let text =
+                                            crate::floats::cell(col, row).unwrap_or_else(|| {
+                                                pg_text(col.data_type(), f.value(row).to_string())
+                                            });
+                                        opts.field(Some(&text))
                                     }
                                 })
                                 .collect();
