@@ -170,6 +170,37 @@ impl SqlSession {
                 self.tables.drop_views(&names, *if_exists).await?;
                 "DROP VIEW"
             }
+            SqlStatement::CreateSchema {
+                schema_name,
+                if_not_exists,
+                ..
+            } => {
+                let name = schema_name.to_string();
+                if name.trim_matches('"').to_lowercase() != SCHEMA {
+                    return Err(TableError::Unsupported(format!(
+                        "CREATE SCHEMA {name}: tierdb has one schema, {SCHEMA}; create tables \
+                         there"
+                    )));
+                }
+                if !*if_not_exists {
+                    return Err(TableError::Column {
+                        code: "42P06",
+                        message: format!("schema \"{SCHEMA}\" already exists"),
+                    });
+                }
+                self.notice(
+                    "42P06",
+                    &format!("schema \"{SCHEMA}\" already exists, skipping"),
+                );
+                "CREATE SCHEMA"
+            }
+            SqlStatement::Comment { .. } => {
+                self.notice(
+                    "01000",
+                    "comments are not kept by tierdb (COMMENT ON is accepted and ignored)",
+                );
+                "COMMENT"
+            }
             SqlStatement::AlterTable(at) => {
                 self.alter_table(at).await?;
                 "ALTER TABLE"

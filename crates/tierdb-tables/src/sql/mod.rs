@@ -342,6 +342,8 @@ impl StatementKind {
             SqlStatement::CreateTable(_)
             | SqlStatement::CreateView(_)
             | SqlStatement::AlterTable(_)
+            | SqlStatement::CreateSchema { .. }
+            | SqlStatement::Comment { .. }
             | SqlStatement::Drop { .. }
             | SqlStatement::Truncate { .. } => StatementKind::Ddl,
             SqlStatement::Vacuum(_) => StatementKind::Vacuum,

@@ -232,7 +232,7 @@ impl SqlSession {
             .unwrap_or_default()
     }
 
-    fn notice(&self, code: &'static str, message: &str) {
+    pub(super) fn notice(&self, code: &'static str, message: &str) {
         if let Ok(mut n) = self.notices.lock() {
             n.push(Notice {
                 code,
@@ -548,6 +548,20 @@ impl SqlSession {
         {
             let order = ct.order_by.take();
             let part = ct.partition_by.take();
+            // PostgreSQL's storage parameters (fillfactor, autovacuum_*) mean nothing to
+            // segments: accepted with a warning, as the issue of tools that send them asks.
+            if let datafusion::sql::sqlparser::ast::CreateTableOptions::With(options) =
+                std::mem::take(&mut ct.table_options)
+            {
+                let names: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+                self.notice(
+                    "01000",
+                    &format!(
+                        "storage parameters ({}) are ignored: tierdb tables are Parquet segments",
+                        names.join(", ")
+                    ),
+                );
+            }
             keys = Some((order, part));
             // What the Arrow schema does not carry: VARCHAR(n), CHAR(n).
             declared = ct.columns.iter().map(|c| c.data_type.clone()).collect();
