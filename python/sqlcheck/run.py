@@ -61,14 +61,18 @@ def sort_key(row):
     out = []
     for v in row:
         if v is None:
-            out.append((0, ""))
+            out.append((0, "", 0))
         elif isinstance(v, bool):
-            out.append((1, str(v)))
+            out.append((1, str(v), 0))
         elif isinstance(v, (int, float, decimal.Decimal)):
+            # Nine significant digits group values equal within the float tolerance; the
+            # exact value then orders integers and decimals those digits do not tell apart
+            # (123456789012 and 123456789013: found by seed 778).
             f = float(v)
-            out.append((2, f"{f:.9e}" if f else "0"))
+            exact = decimal.Decimal(f"{f:.9e}") if isinstance(v, float) else decimal.Decimal(v)
+            out.append((2, f"{f:.9e}" if f else "0", exact))
         else:
-            out.append((3, str(v)))
+            out.append((3, str(v), 0))
     return out
 
 

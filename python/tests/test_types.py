@@ -172,6 +172,22 @@ def test_floats_are_written_as_postgresql_writes_them(both):
     assert got == want
 
 
+def test_integer_literals_are_typed_as_postgresql_types_them(both):
+    pg, td = both
+    sql = "SELECT 1 AS a, 2147483648 AS b, 1 + 1 AS c, -5 AS d, CAST(1 AS BIGINT) AS e"
+    want = [d.type_code for d in pg.execute(sql).description]
+    got = [d.type_code for d in td.execute(sql).description]
+    assert got == want == [23, 20, 23, 23, 20]
+    states = []
+    for conn in (pg, td):
+        try:
+            conn.execute("SELECT 2147483647 + 1")
+            states.append(None)
+        except psycopg.Error as e:
+            states.append(e.sqlstate)
+    assert states == ["22003", "22003"]
+
+
 def test_now_is_timestamptz(both):
     pg, td = both
     want = pg.execute("SELECT now()").description[0].type_code

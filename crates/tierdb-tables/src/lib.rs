@@ -11,6 +11,7 @@
 //! - [`alter`]: ALTER TABLE (rename, add and drop columns) as catalog-only commits.
 //! - [`joinorder`]: a join-reordering rule for star joins.
 //! - [`checked`]: integer arithmetic that fails on overflow, `sum(bigint)` as numeric.
+//! - [`literals`]: integer literals as int4 where they fit, as PostgreSQL types them.
 //! - [`txn`]: transactions (BEGIN … COMMIT) and what their statements see.
 //! - [`views`]: views, kept as their query and expanded into the statements that read them.
 //! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files ([`textvalue`]: the
@@ -30,6 +31,7 @@ pub mod fuzzing;
 mod guard;
 pub mod import;
 pub mod joinorder;
+pub mod literals;
 pub mod parsefix;
 pub mod provider;
 pub mod readahead;

@@ -467,7 +467,8 @@ impl SqlSession {
             return Ok(Some(crate::dml::plan(&state, &self.tables, stmt).await?));
         }
         crate::guard::check(stmt)?;
-        Ok(Some(state.statement_to_plan(stmt.clone()).await?))
+        let plan = state.statement_to_plan(stmt.clone()).await?;
+        Ok(Some(crate::literals::int4_literals(plan)?))
     }
 
     /// Runs one statement; `plan` is its plan from [`SqlSession::plan`] with the
@@ -572,7 +573,7 @@ impl SqlSession {
             None => {
                 self.require_tables(&state, &stmt)?;
                 crate::guard::check(&stmt)?;
-                state.statement_to_plan(stmt).await?
+                crate::literals::int4_literals(state.statement_to_plan(stmt).await?)?
             }
         };
         match plan {
