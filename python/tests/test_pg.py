@@ -85,6 +85,22 @@ def test_psql_describes_tables(server):
     src.unlink()
 
 
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed (scripts/test.sh installs it)")
+def test_psql_lists_and_describes_views(server):
+    _, port = server
+    p = psql(port, "-c", "CREATE TABLE vt (id INT NOT NULL, n BIGINT)", "-c", "CREATE VIEW vv AS SELECT id, n * 2 AS twice FROM vt")
+    assert p.returncode == 0, p.stderr
+    p = psql(port, "-c", r"\dv")
+    assert p.returncode == 0, p.stderr
+    assert [l.split("|")[1].strip() for l in p.stdout.splitlines() if "| view" in l] == ["vv"], p.stdout
+    p = psql(port, "-c", r"\d vv")
+    assert p.returncode == 0 and 'View "public.vv"' in p.stdout, p.stdout + p.stderr
+    rows = {l.split("|")[0].strip(): l.split("|")[1].strip() for l in p.stdout.splitlines() if l.count("|") >= 4}
+    assert rows == {"Column": "Type", "id": "integer", "twice": "bigint"}, p.stdout
+    p = psql(port, "-c", r"\dt")
+    assert [l.split("|")[1].strip() for l in p.stdout.splitlines() if "| table" in l] == ["vt"], p.stdout
+
+
 def sqlstate(fn):
     import psycopg
     try:

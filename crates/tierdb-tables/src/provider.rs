@@ -468,6 +468,8 @@ impl DataSink for TierSink {
 pub struct TierSchema {
     tables: Arc<Tables>,
     names: RwLock<Vec<String>>,
+    /// The views among `names` (listed, never scanned: see `views.rs`).
+    views: RwLock<std::collections::HashSet<String>>,
     counters: Arc<ScanCounters>,
     options: RwLock<ScanOptions>,
 }
@@ -477,20 +479,30 @@ impl TierSchema {
         TierSchema {
             tables,
             names: RwLock::new(Vec::new()),
+            views: RwLock::new(Default::default()),
             counters,
             options: RwLock::new(ScanOptions::default()),
         }
     }
 
     pub async fn refresh(&self) -> crate::Result<()> {
-        let names = self
+        let mut names: Vec<String> = self
             .tables
             .tables()
             .await?
             .into_iter()
             .map(|t| t.name)
             .collect();
+        let views: std::collections::HashSet<String> = self
+            .tables
+            .views()
+            .await?
+            .into_iter()
+            .map(|v| v.name)
+            .collect();
+        names.extend(views.iter().cloned());
         *self.names.write() = names;
+        *self.views.write() = views;
         Ok(())
     }
 
@@ -512,6 +524,9 @@ impl SchemaProvider for TierSchema {
             None => (false, name),
         };
         let Some(def) = self.tables.table(name).await? else {
+            if !rows_of && let Some(view) = self.tables.view(name).await? {
+                return Ok(Some(Arc::new(crate::views::ViewListing::new(view))));
+            }
             return Ok(None);
         };
         let options = *self.options.read();

@@ -38,6 +38,11 @@ pub struct ViewDef {
     /// The query, as sqlparser writes it back.
     pub query: String,
     pub created_ms: u64,
+    /// Its columns as of CREATE VIEW (names and types), for catalog listings only (psql
+    /// `\dv`, `information_schema.views`): a statement reading the view plans its query
+    /// again. A type tierdb does not store is listed as text.
+    #[serde(default)]
+    pub fields: Vec<crate::catalog::ColumnDef>,
 }
 
 impl ViewDef {
@@ -307,5 +312,56 @@ impl VisitorMut for Expander<'_> {
             sample: None,
         };
         ControlFlow::Continue(())
+    }
+}
+
+/// A view as the catalog listings see it (pg_class, information_schema): its name,
+/// columns and query. Never scanned: statements read views through [`expand`].
+#[derive(Debug)]
+pub struct ViewListing {
+    def: ViewDef,
+    schema: datafusion::arrow::datatypes::SchemaRef,
+}
+
+impl ViewListing {
+    pub fn new(def: ViewDef) -> Self {
+        let schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(
+            def.fields
+                .iter()
+                .map(|c| {
+                    datafusion::arrow::datatypes::Field::new(&c.name, c.ty.arrow(), c.nullable)
+                })
+                .collect::<Vec<_>>(),
+        ));
+        ViewListing { def, schema }
+    }
+}
+
+#[async_trait::async_trait]
+impl datafusion::catalog::TableProvider for ViewListing {
+    fn schema(&self) -> datafusion::arrow::datatypes::SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> datafusion::datasource::TableType {
+        datafusion::datasource::TableType::View
+    }
+
+    fn get_table_definition(&self) -> Option<&str> {
+        Some(&self.def.query)
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn datafusion::catalog::Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[datafusion::logical_expr::Expr],
+        _limit: Option<usize>,
+    ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>
+    {
+        Err(datafusion::error::DataFusionError::Plan(format!(
+            "view {} was not expanded before planning (a tierdb bug; please report it)",
+            self.def.name
+        )))
     }
 }

@@ -133,11 +133,23 @@ impl SqlSession {
                 columns.len()
             )));
         }
+        let fields = plan
+            .schema()
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| ColumnDef {
+                name: columns.get(i).cloned().unwrap_or_else(|| f.name().clone()),
+                ty: ColumnType::from_arrow(f.name(), f.data_type()).unwrap_or(ColumnType::Utf8),
+                nullable: true,
+            })
+            .collect();
         let def = crate::views::ViewDef {
             name,
             columns,
             query,
             created_ms: tierdb_kv::lease::now_ms(),
+            fields,
         };
         self.tables.create_view(def, cv.or_replace).await
     }

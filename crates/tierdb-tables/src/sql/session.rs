@@ -527,9 +527,8 @@ impl SqlSession {
         if let Some(outcome) = self.drop_or_truncate(&stmt).await? {
             return Ok(outcome);
         }
-        if matches!(kind, StatementKind::Query | StatementKind::Write) {
-            crate::views::expand(&self.tables, &mut stmt).await?;
-        }
+        // Every statement that can read a view (queries, writes, CREATE TABLE … AS).
+        crate::views::expand(&self.tables, &mut stmt).await?;
         if crate::dml::is_update_or_delete(&stmt) {
             let state = self.ctx.state();
             let plan = match plan {
