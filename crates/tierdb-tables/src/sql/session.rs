@@ -158,9 +158,9 @@ impl Rows {
 
     /// The rows as a stream.
     pub async fn execute_stream(self) -> Result<SendableRecordBatchStream> {
-        let guard = FailUnlessDone(Some(&self.abort));
+        let mut guard = FailUnlessDone(Some(&self.abort));
         let stream = self.df.execute_stream().await?;
-        std::mem::forget(guard);
+        guard.0 = None; // started: errors from here on are the stream's (below)
         let abort = self.abort.clone();
         let schema = stream.schema();
         let stream = stream.inspect(move |r| {
