@@ -172,6 +172,39 @@ def test_floats_are_written_as_postgresql_writes_them(both):
     assert got == want
 
 
+def test_timestamptz_is_shown_in_the_session_time_zone(both):
+    """Stored as UTC instants, shown in the session's TimeZone; a value written without an
+    offset is in that zone; an unknown zone is refused (22023)."""
+    import shutil
+    import subprocess
+    pg, td = both
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed (scripts/test.sh installs it)")
+    for conn in (pg, td):
+        conn.execute("CREATE TABLE tzs (i INT NOT NULL, t TIMESTAMPTZ)")
+        conn.execute("INSERT INTO tzs VALUES (1, '2024-06-01 12:00:00+00'), (2, '2024-01-15 23:30:00-05'), (3, NULL)")
+
+    def psql(dsn):
+        p = subprocess.run(["psql", dsn, "-X", "-A", "-t",
+                            "-c", "SET TIME ZONE 'Europe/Berlin'",
+                            "-c", "SELECT i, t FROM tzs ORDER BY i",
+                            "-c", "COPY (SELECT t FROM tzs ORDER BY i) TO STDOUT",
+                            "-c", "SELECT TIMESTAMPTZ '2024-06-01 12:00:00' = TIMESTAMPTZ '2024-06-01 10:00:00+00'"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    assert psql(engines.tierdb_dsn(td.info.port)) == psql(engines.pg_dsn(pg.info.port))
+    states = []
+    for conn in (pg, td):
+        try:
+            conn.execute("SET TIME ZONE 'Mars/Olympus_Mons'")
+            states.append(None)
+        except psycopg.Error as e:
+            states.append(e.sqlstate)
+    assert states == ["22023", "22023"]
+
+
 def test_integer_literals_are_typed_as_postgresql_types_them(both):
     pg, td = both
     sql = "SELECT 1 AS a, 2147483648 AS b, 1 + 1 AS c, -5 AS d, CAST(1 AS BIGINT) AS e"

@@ -165,6 +165,17 @@ impl ConnState {
             session
                 .refuse_if_aborted(kind)
                 .map_err(|e| table_error(&e))?;
+            // SET TIME ZONE: checked and applied to the session here (the hook below only
+            // records it for SHOW; its change of the context's options is lost).
+            if let Statement::Set(datafusion::sql::sqlparser::ast::Set::SetTimeZone {
+                value, ..
+            }) = &stmt
+            {
+                let tz = value.to_string();
+                session
+                    .set_time_zone(tz.trim_matches('\'').trim_matches('"'))
+                    .map_err(|e| table_error(&e))?;
+            }
             if let Some(r) = SetShowHook
                 .handle_simple_query(&stmt, session.context(), client)
                 .await
@@ -236,7 +247,13 @@ impl ConnState {
                 // statement after it started answering; the session's rows abort its
                 // transaction then, as any failed statement does.
                 let stream = rows.execute_stream().await.map_err(|e| table_error(&e))?;
-                let rows = encode_rows(fields.clone(), stream, deadline, cancel);
+                let rows = encode_rows(
+                    fields.clone(),
+                    stream,
+                    deadline,
+                    cancel,
+                    session.time_zone(),
+                );
                 Ok(Response::Query(QueryResponse::new(fields, rows)))
             }
         }

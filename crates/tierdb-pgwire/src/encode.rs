@@ -72,12 +72,13 @@ pub(crate) fn encode_rows(
     stream: datafusion::execution::SendableRecordBatchStream,
     deadline: Option<tokio::time::Instant>,
     mut cancel: tokio::sync::watch::Receiver<u64>,
+    time_zone: String,
 ) -> impl futures::Stream<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send + 'static {
     cancel.mark_unchanged();
     let rows = stream
         .map(move |batch| match batch {
             Ok(b) => {
-                let b = crate::floats::as_pg_text(b, &fields);
+                let b = as_pg_text(in_time_zone(b, &time_zone), &fields);
                 futures::stream::iter(encode_recordbatch(fields.clone(), b).collect::<Vec<_>>())
             }
             Err(e) => futures::stream::iter(vec![Err(table_error(&TableError::from(e)))]),
@@ -101,6 +102,106 @@ pub(crate) fn encode_rows(
     })
 }
 
+/// `batch` with the columns that go out in text format and whose text arrow-pg writes
+/// otherwise than PostgreSQL already written as PostgreSQL writes them (Utf8 arrays:
+/// arrow-pg sends a string's bytes as the value's text, under the column's own type OID):
+/// REAL and DOUBLE (`floats`), TIMESTAMP and TIMESTAMPTZ (no `.000000` for whole seconds,
+/// `+02` for a whole-hour offset). Binary-format columns are sent as they are.
+pub(crate) fn as_pg_text(
+    batch: datafusion::arrow::array::RecordBatch,
+    fields: &[FieldInfo],
+) -> datafusion::arrow::array::RecordBatch {
+    use datafusion::arrow::array::{Array, ArrayRef, StringArray};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions as ArrowFormat};
+    let retyped = |i: usize, c: &ArrayRef| {
+        matches!(
+            c.data_type(),
+            DataType::Float64 | DataType::Float32 | DataType::Timestamp(_, _)
+        ) && fields
+            .get(i)
+            .is_some_and(|f| f.format() == pgwire::api::results::FieldFormat::Text)
+    };
+    if !batch
+        .columns()
+        .iter()
+        .enumerate()
+        .any(|(i, c)| retyped(i, c))
+    {
+        return batch;
+    }
+    let schema = batch.schema();
+    let mut new_fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    let options = ArrowFormat::default();
+    for (i, (c, f)) in batch.columns().iter().zip(schema.fields()).enumerate() {
+        let formatter = ArrayFormatter::try_new(c.as_ref(), &options);
+        match formatter {
+            Ok(fmt) if retyped(i, c) => {
+                let text: StringArray = (0..c.len())
+                    .map(|r| {
+                        if c.is_null(r) {
+                            return None;
+                        }
+                        crate::floats::cell(c, r)
+                            .or_else(|| Some(pg_text(c.data_type(), fmt.value(r).to_string())))
+                    })
+                    .collect();
+                columns.push(Arc::new(text) as ArrayRef);
+                new_fields.push(Field::new(f.name(), DataType::Utf8, f.is_nullable()));
+            }
+            _ => {
+                columns.push(c.clone());
+                new_fields.push(f.as_ref().clone());
+            }
+        }
+    }
+    datafusion::arrow::array::RecordBatch::try_new(Arc::new(Schema::new(new_fields)), columns)
+        .unwrap_or(batch)
+}
+
+/// `batch` with its TIMESTAMPTZ columns shown in the session's time zone, as PostgreSQL
+/// shows them (the same instants: only the Arrow zone changes).
+pub(crate) fn in_time_zone(
+    batch: datafusion::arrow::array::RecordBatch,
+    tz: &str,
+) -> datafusion::arrow::array::RecordBatch {
+    use datafusion::arrow::datatypes::{Field, Schema};
+    let zoned = |t: &DataType| matches!(t, DataType::Timestamp(_, Some(z)) if z.as_ref() != tz);
+    if !batch.schema().fields().iter().any(|f| zoned(f.data_type())) {
+        return batch;
+    }
+    let schema = batch.schema();
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (c, f) in batch.columns().iter().zip(schema.fields()) {
+        match f.data_type() {
+            DataType::Timestamp(unit, Some(_)) if zoned(f.data_type()) => {
+                let to = DataType::Timestamp(*unit, Some(tz.into()));
+                match datafusion::arrow::compute::cast(c, &to) {
+                    Ok(a) => {
+                        columns.push(a);
+                        fields.push(
+                            Field::new(f.name(), to, f.is_nullable())
+                                .with_metadata(f.metadata().clone()),
+                        );
+                    }
+                    Err(_) => {
+                        columns.push(c.clone());
+                        fields.push(f.as_ref().clone());
+                    }
+                }
+            }
+            _ => {
+                columns.push(c.clone());
+                fields.push(f.as_ref().clone());
+            }
+        }
+    }
+    datafusion::arrow::array::RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .unwrap_or(batch)
+}
+
 /// A value's text as PostgreSQL writes it (COPY TO): booleans as `t`/`f`, timestamps with
 /// a space and `+00` rather than Arrow's `T` and `Z`, BYTEA in hex format (`\x00ff`).
 pub(crate) fn pg_text(ty: &DataType, text: String) -> String {
@@ -111,6 +212,15 @@ pub(crate) fn pg_text(ty: &DataType, text: String) -> String {
             let t = text.replacen('T', " ", 1);
             match (tz, t.strip_suffix('Z')) {
                 (Some(_), Some(utc)) => format!("{utc}+00"),
+                // `+02:00` as PostgreSQL writes a whole-hour offset: `+02`.
+                (Some(_), None) => match t.strip_suffix(":00") {
+                    Some(whole)
+                        if whole.len() > 6 && whole[whole.len() - 3..].starts_with(['+', '-']) =>
+                    {
+                        whole.to_string()
+                    }
+                    _ => t,
+                },
                 _ => t,
             }
         }

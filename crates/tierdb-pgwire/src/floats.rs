@@ -4,11 +4,8 @@
 //! precision, 6 for real), otherwise as `1e+15` / `1.5e-05`; `NaN`, `Infinity`,
 //! `-Infinity`. Arrow writes `30000000000.0` and `1e300`, which psql and JDBC show as is.
 
-use std::sync::Arc;
-
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Float64Type, Schema};
-use pgwire::api::results::{FieldFormat, FieldInfo};
+use datafusion::arrow::array::{ArrayRef, AsArray};
+use datafusion::arrow::datatypes::{DataType, Float32Type, Float64Type};
 
 /// Row `row` of a REAL or DOUBLE column as PostgreSQL's text; `None` for other columns.
 pub(crate) fn cell(col: &ArrayRef, row: usize) -> Option<String> {
@@ -17,42 +14,6 @@ pub(crate) fn cell(col: &ArrayRef, row: usize) -> Option<String> {
         DataType::Float32 => Some(float4(col.as_primitive::<Float32Type>().value(row))),
         _ => None,
     }
-}
-
-/// `batch` with its REAL and DOUBLE columns that go out in text format already written as
-/// PostgreSQL writes them (Utf8 arrays: arrow-pg sends a string's bytes as the value's
-/// text, under the column's own type OID). Binary columns are left as they are.
-pub(crate) fn as_pg_text(batch: RecordBatch, fields: &[FieldInfo]) -> RecordBatch {
-    let floats = |i: usize, c: &ArrayRef| {
-        matches!(c.data_type(), DataType::Float64 | DataType::Float32)
-            && fields
-                .get(i)
-                .is_some_and(|f| f.format() == FieldFormat::Text)
-    };
-    if !batch
-        .columns()
-        .iter()
-        .enumerate()
-        .any(|(i, c)| floats(i, c))
-    {
-        return batch;
-    }
-    let schema = batch.schema();
-    let mut new_fields = Vec::with_capacity(batch.num_columns());
-    let mut columns = Vec::with_capacity(batch.num_columns());
-    for (i, (c, f)) in batch.columns().iter().zip(schema.fields()).enumerate() {
-        if floats(i, c) {
-            let text: StringArray = (0..c.len())
-                .map(|r| if c.is_null(r) { None } else { cell(c, r) })
-                .collect();
-            columns.push(Arc::new(text) as ArrayRef);
-            new_fields.push(Field::new(f.name(), DataType::Utf8, f.is_nullable()));
-        } else {
-            columns.push(c.clone());
-            new_fields.push(f.as_ref().clone());
-        }
-    }
-    RecordBatch::try_new(Arc::new(Schema::new(new_fields)), columns).unwrap_or(batch)
 }
 
 /// A DOUBLE PRECISION as PostgreSQL writes it.

@@ -143,6 +143,17 @@ impl ConnState {
                 });
                 // An error while the rows stream aborts the transaction (the session's Rows).
                 let stream = rows.execute_stream().await.map_err(|e| table_error(&e))?;
+                // TIMESTAMPTZ in the session's time zone, as PostgreSQL's COPY writes it.
+                let tz = session.time_zone();
+                let schema = stream.schema();
+                let stream: datafusion::execution::SendableRecordBatchStream = Box::pin(
+                    datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                        schema,
+                        futures::StreamExt::map(stream, move |b| {
+                            b.map(|b| crate::encode::in_time_zone(b, &tz))
+                        }),
+                    ),
+                );
                 let data = copy_out_stream(stream, opts, header);
                 Ok(Response::CopyOut(CopyResponse::new(0, columns, data)))
             }

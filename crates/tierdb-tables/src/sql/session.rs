@@ -206,6 +206,47 @@ impl SqlSession {
         &self.ctx
     }
 
+    /// Sets the session's time zone (`SET TIME ZONE`): `now()` and TIMESTAMPTZ values
+    /// written without an offset are in it. Stored TIMESTAMPTZ values stay UTC instants.
+    /// Fails with 22023 for a zone Arrow does not know (an IANA name or `+hh:mm`).
+    pub fn set_time_zone(&self, tz: &str) -> Result<()> {
+        let tz = if tz.eq_ignore_ascii_case("utc") || tz.eq_ignore_ascii_case("gmt") {
+            crate::catalog::UTC
+        } else {
+            tz
+        };
+        if tz
+            .parse::<datafusion::arrow::array::timezone::Tz>()
+            .is_err()
+        {
+            return Err(TableError::Column {
+                code: "22023",
+                message: format!("invalid value for parameter \"TimeZone\": \"{tz}\""),
+            });
+        }
+        self.ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .options_mut()
+            .execution
+            .time_zone = Some(tz.to_string());
+        Ok(())
+    }
+
+    /// The session's time zone (`+00:00` unless `SET TIME ZONE` changed it).
+    pub fn time_zone(&self) -> String {
+        self.ctx
+            .state_ref()
+            .read()
+            .config()
+            .options()
+            .execution
+            .time_zone
+            .clone()
+            .unwrap_or_else(|| crate::catalog::UTC.into())
+    }
+
     pub fn tables(&self) -> &Arc<Tables> {
         &self.tables
     }
