@@ -195,6 +195,15 @@ def test_timestamptz_is_shown_in_the_session_time_zone(both):
         return p.stdout
 
     assert psql(engines.tierdb_dsn(td.info.port)) == psql(engines.pg_dsn(pg.info.port))
+
+    def pgtz(dsn):  # libpq sends PGTZ as the startup parameter timezone
+        p = subprocess.run(["psql", dsn, "-X", "-A", "-t", "-c", "SELECT t FROM tzs ORDER BY i"],
+                           capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, PGTZ="America/New_York"))
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    assert pgtz(engines.tierdb_dsn(td.info.port)) == pgtz(engines.pg_dsn(pg.info.port))
     states = []
     for conn in (pg, td):
         try:

@@ -155,6 +155,14 @@ impl ConnState {
         let session = self.session().await?;
         tracing::debug!(statement = %stmt, bound = plan.is_some(), "run");
         let kind = StatementKind::of_sql(&stmt);
+        // The client's time zone (its startup parameter, as pgjdbc and libpq's PGTZ send
+        // it, or what SET TIME ZONE recorded): applied to the session when it differs.
+        // An unknown zone at startup leaves the session in UTC.
+        if let Some(tz) = client_time_zone(client)
+            && tz != session.time_zone()
+        {
+            let _ = session.set_time_zone(&tz);
+        }
         if let Some(r) = show_server_version(&stmt) {
             return r;
         }
@@ -277,4 +285,13 @@ impl ConnState {
             None => table_error(e),
         }
     }
+}
+
+/// The time zone the client's metadata names (`timezone`, or `TimeZone` as pgjdbc sends
+/// it at startup), if any.
+fn client_time_zone<C: ClientInfo>(client: &C) -> Option<String> {
+    let m = client.metadata();
+    m.get("timezone")
+        .or_else(|| m.get("TimeZone"))
+        .map(|tz| tz.trim_matches(['\'', '"']).to_string())
 }
