@@ -101,6 +101,18 @@ def test_psql_lists_and_describes_views(server):
     assert [l.split("|")[1].strip() for l in p.stdout.splitlines() if "| table" in l] == ["vt"], p.stdout
 
 
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed (scripts/test.sh installs it)")
+def test_grafanas_table_list(server):
+    """Grafana's recorded query: the tables of the search path (it listed none)."""
+    _, port = server
+    p = psql(port, "-c", "CREATE TABLE metrics (at TIMESTAMPTZ, v DOUBLE PRECISION)", "-c", "CREATE VIEW recent AS SELECT * FROM metrics")
+    assert p.returncode == 0, p.stderr
+    recorded = Path(__file__).resolve().parent / "recorded" / "grafana_tables.sql"
+    p = psql(port, "-A", "-t", "-f", str(recorded))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["metrics"], p.stdout
+
+
 def sqlstate(fn):
     import psycopg
     try:

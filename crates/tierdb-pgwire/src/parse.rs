@@ -29,11 +29,46 @@ pub(crate) fn parse(
                 .into(),
         ));
     }
+    let sql = &search_path_schemas(sql);
     let mut statements = parse_unrepaired(parser, sql)?;
     for s in &mut statements {
         tierdb_tables::parsefix::repair(s);
     }
     Ok(statements)
+}
+
+/// Grafana (and other tools) expand `current_setting('search_path')` into its schemas with
+/// a function in FROM (`string_to_array(…) s`), which DataFusion cannot plan; its
+/// datafusion-pg-catalog blacklist entry answers it with no schema at all, so Grafana
+/// listed no tables. tierdb's search path is `"$user", public` and no schema is named
+/// after a user: the expansion is `SELECT 'public'`. Matched on the query with its white
+/// space collapsed; other queries are returned as they are.
+fn search_path_schemas(sql: &str) -> std::borrow::Cow<'_, str> {
+    const EXPANSION: &str = "SELECT CASE WHEN trim(s[i]) = '\"$user\"' THEN user ELSE trim(s[i]) END \
+        FROM generate_series( array_lower(string_to_array(current_setting('search_path'),','),1), \
+        array_upper(string_to_array(current_setting('search_path'),','),1) ) as i, \
+        string_to_array(current_setting('search_path'),',') s";
+    if !sql.contains("current_setting('search_path')") {
+        return sql.into();
+    }
+    let collapse = |s: &str| {
+        s.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace("( ", "(")
+            .replace(" )", ")")
+    };
+    let query = collapse(sql);
+    let pattern = collapse(EXPANSION);
+    let lower = query.to_lowercase();
+    match lower.find(&pattern.to_lowercase()) {
+        Some(at) => {
+            let mut out = query.clone();
+            out.replace_range(at..at + pattern.len(), "SELECT 'public'");
+            out.into()
+        }
+        None => sql.into(),
+    }
 }
 
 fn parse_unrepaired(
@@ -194,6 +229,19 @@ mod tests {
         let text = s.to_string();
         assert!(!text.contains("CASE"), "{text}");
         assert!(text.contains("WHERE (e) AND (c.x)"), "{text}");
+    }
+
+    #[test]
+    fn grafanas_search_path_expansion_is_public() {
+        let grafana = "SELECT quote_ident(table_name) FROM information_schema.tables WHERE \
+            quote_ident(table_schema) IN (SELECT\n            CASE WHEN trim(s[i]) = '\"$user\"' \
+            THEN user ELSE trim(s[i]) END\n        FROM\n            generate_series(\n         \
+            array_lower(string_to_array(current_setting('search_path'),','),1),\n     \
+            array_upper(string_to_array(current_setting('search_path'),','),1)\n            ) as i,\n \
+            string_to_array(current_setting('search_path'),',') s)";
+        let out = search_path_schemas(grafana);
+        assert!(out.ends_with("IN (SELECT 'public')"), "{out}");
+        assert_eq!(search_path_schemas("SELECT 1"), "SELECT 1");
     }
 
     #[test]
