@@ -16,14 +16,14 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
-    Ident, ObjectName, Query, Statement, TableAlias, TableAliasColumnDef, TableFactor, VisitMut,
-    VisitorMut,
+    Ident, Query, Statement, TableAlias, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut,
 };
 use serde::{Deserialize, Serialize};
 use tierdb_kv::KvWrite;
 
 use crate::catalog::{self, CatalogBatch};
 use crate::error::{Result, TableError};
+use crate::sql::relation_name;
 use crate::tables::Tables;
 
 /// How deep views may nest (invariant 4).
@@ -164,29 +164,6 @@ fn expand_view(
     done.extend(inner);
     done.insert(name.to_string(), (query, def.columns.clone()));
     Ok(())
-}
-
-/// The catalog name of a relation name (unquoted parts lower case, `public.` dropped);
-/// `None` for a name in another schema.
-fn relation_name(name: &ObjectName) -> Option<String> {
-    let parts: Vec<String> = name
-        .0
-        .iter()
-        .map(|p| {
-            p.as_ident().map(|id| {
-                if id.quote_style.is_some() {
-                    id.value.clone()
-                } else {
-                    id.value.to_lowercase()
-                }
-            })
-        })
-        .collect::<Option<_>>()?;
-    match parts.as_slice() {
-        [t] => Some(t.clone()),
-        [s, t] if s == crate::sql::SCHEMA => Some(t.clone()),
-        _ => None,
-    }
 }
 
 /// Every plain relation name in `node` (candidates for views).

@@ -13,7 +13,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use super::session::{Outcome, inserted};
-use super::{CATALOG, SCHEMA, SqlSession};
+use super::{SCHEMA, SqlSession, ident_name, relation_name};
 use crate::catalog::{ColumnDef, ColumnType};
 use crate::error::{Result, TableError};
 use crate::provider::{ScanOptions, TierTable};
@@ -328,40 +328,15 @@ impl SqlSession {
     }
 }
 
-/// A table's name as the catalog keys it: unquoted parts lower case; only the `public`
-/// schema (or none) may be named.
+/// A table's name as the catalog keys it (see [`relation_name`]).
 fn table_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Result<String> {
-    let parts: Vec<String> = name
-        .0
-        .iter()
-        .map(|p| match p.as_ident() {
-            Some(id) if id.quote_style.is_some() => id.value.clone(),
-            Some(id) => id.value.to_lowercase(),
-            None => p.to_string(),
-        })
-        .collect();
-    match parts.as_slice() {
-        [t] => Ok(t.clone()),
-        [s, t] if s == SCHEMA => Ok(t.clone()),
-        [c, s, t] if c == CATALOG && s == SCHEMA => Ok(t.clone()),
-        _ => Err(TableError::NoTable(name.to_string())),
-    }
-}
-
-/// An identifier as the catalog keys it: lower case unless quoted.
-fn ident_name(id: &datafusion::sql::sqlparser::ast::Ident) -> String {
-    if id.quote_style.is_some() {
-        id.value.clone()
-    } else {
-        id.value.to_lowercase()
-    }
+    relation_name(name).ok_or_else(|| TableError::NoTable(name.to_string()))
 }
 
 /// A key given as a plain column name (normalized as DataFusion does: lowercase unless quoted).
 fn key_column(e: &SqlExpr, clause: &str) -> Result<String> {
     match e {
-        SqlExpr::Identifier(id) if id.quote_style.is_some() => Ok(id.value.clone()),
-        SqlExpr::Identifier(id) => Ok(id.value.to_lowercase()),
+        SqlExpr::Identifier(id) => Ok(ident_name(id)),
         other => Err(TableError::Schema(format!(
             "{clause} {other}: table keys must be column names"
         ))),

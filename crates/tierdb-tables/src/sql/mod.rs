@@ -286,6 +286,32 @@ impl SqlEngine {
     }
 }
 
+/// An identifier as the catalog keys it: lower case unless quoted (as DataFusion
+/// normalizes it).
+pub(crate) fn ident_name(id: &datafusion::sql::sqlparser::ast::Ident) -> String {
+    if id.quote_style.is_some() {
+        id.value.clone()
+    } else {
+        id.value.to_lowercase()
+    }
+}
+
+/// The catalog name of a table or view name: `t`, `public.t` or `tierdb.public.t`; `None`
+/// for a name in another schema or catalog.
+pub(crate) fn relation_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Option<String> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|p| p.as_ident().map(ident_name))
+        .collect::<Option<_>>()?;
+    match parts.as_slice() {
+        [t] => Some(t.clone()),
+        [s, t] if s == SCHEMA => Some(t.clone()),
+        [c, s, t] if c == CATALOG && s == SCHEMA => Some(t.clone()),
+        _ => None,
+    }
+}
+
 /// Splits `sql` into statements; a syntax error names the line and column.
 pub fn parse(sql: &str) -> Result<Vec<DfStatement>> {
     Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?
