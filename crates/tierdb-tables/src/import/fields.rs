@@ -1,0 +1,300 @@
+//! Parsing delimited records into typed column batches: one parsed field per column,
+//! rows appended only once every field parsed, rejects with their reason.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder,
+    Float64Builder, Int16Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
+    TimestampMicrosecondBuilder,
+};
+use datafusion::arrow::compute::kernels::cast_utils::parse_decimal;
+use datafusion::arrow::datatypes::Decimal128Type;
+
+use crate::catalog::{ColumnType, TableDef};
+use crate::error::Result;
+
+use super::{COPY_NULL, Chunk, Format, Rejects};
+
+/// One parsed field.
+enum Value<'a> {
+    Null,
+    Bool(bool),
+    I16(i16),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+    Str(&'a str),
+    Date(i32),
+    Dec(i128),
+    /// Microseconds since the epoch.
+    Ts(i64),
+    Bin(Vec<u8>),
+}
+
+/// Column builders for one chunk.
+enum Col {
+    Bool(BooleanBuilder),
+    I16(Int16Builder),
+    I32(Int32Builder),
+    I64(Int64Builder),
+    F32(Float32Builder),
+    F64(Float64Builder),
+    /// Text; the most characters a value may have (VARCHAR(n), CHAR(n)).
+    Str(StringBuilder, Option<u32>),
+    Date(Date32Builder),
+    Dec(Decimal128Builder, u8, i8),
+    /// Timestamps: with a time zone (an instant) or without.
+    Ts(TimestampMicrosecondBuilder, bool),
+    Bin(BinaryBuilder),
+}
+
+impl Col {
+    fn new(ty: ColumnType, n: usize) -> Result<Col> {
+        Ok(match ty {
+            ColumnType::Boolean => Col::Bool(BooleanBuilder::with_capacity(n)),
+            ColumnType::Int16 => Col::I16(Int16Builder::with_capacity(n)),
+            ColumnType::Int32 => Col::I32(Int32Builder::with_capacity(n)),
+            ColumnType::Int64 => Col::I64(Int64Builder::with_capacity(n)),
+            ColumnType::Float32 => Col::F32(Float32Builder::with_capacity(n)),
+            ColumnType::Float64 => Col::F64(Float64Builder::with_capacity(n)),
+            ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. } => {
+                Col::Str(StringBuilder::with_capacity(n, n * 16), ty.max_chars())
+            }
+            ColumnType::Timestamp => Col::Ts(TimestampMicrosecondBuilder::with_capacity(n), false),
+            ColumnType::TimestampTz => Col::Ts(
+                TimestampMicrosecondBuilder::with_capacity(n).with_timezone(crate::catalog::UTC),
+                true,
+            ),
+            ColumnType::Binary => Col::Bin(BinaryBuilder::with_capacity(n, n * 16)),
+            ColumnType::Date32 => Col::Date(Date32Builder::with_capacity(n)),
+            ColumnType::Decimal { precision, scale } => Col::Dec(
+                Decimal128Builder::with_capacity(n).with_precision_and_scale(precision, scale)?,
+                precision,
+                scale,
+            ),
+        })
+    }
+
+    /// Parses `s` as a value of this column; the error says why it is not one. Nothing is
+    /// appended, so a row is appended only once all its fields parsed.
+    fn parse<'a>(&self, s: &'a str) -> std::result::Result<Value<'a>, String> {
+        let t = s.trim();
+        Ok(match self {
+            Col::Bool(_) => Value::Bool(match t.to_ascii_lowercase().as_str() {
+                "true" | "t" | "1" | "yes" | "y" => true,
+                "false" | "f" | "0" | "no" | "n" => false,
+                _ => return Err(format!("{s:?} is not a boolean")),
+            }),
+            Col::I16(_) => Value::I16(t.parse().map_err(|_| format!("{s:?} is not a SMALLINT"))?),
+            Col::I32(_) => Value::I32(t.parse().map_err(|_| format!("{s:?} is not an INT"))?),
+            Col::I64(_) => Value::I64(t.parse().map_err(|_| format!("{s:?} is not a BIGINT"))?),
+            Col::F32(_) => Value::F32(t.parse().map_err(|_| format!("{s:?} is not a number"))?),
+            Col::F64(_) => Value::F64(t.parse().map_err(|_| format!("{s:?} is not a number"))?),
+            Col::Str(_, Some(max)) if s.chars().count() > *max as usize => {
+                return Err(format!("{s:?} is longer than {max} characters"));
+            }
+            Col::Str(_, _) => Value::Str(s),
+            Col::Ts(_, tz) => Value::Ts(
+                crate::textvalue::timestamp_micros(t, *tz)
+                    .ok_or_else(|| format!("{s:?} is not a timestamp (YYYY-MM-DD HH:MM:SS)"))?,
+            ),
+            Col::Bin(_) => Value::Bin(
+                crate::textvalue::bytea(s)
+                    .ok_or_else(|| format!("{s:?} is not BYTEA (\\x and hex digits)"))?,
+            ),
+            Col::Date(_) => {
+                let d = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
+                    .map_err(|_| format!("{s:?} is not a date (YYYY-MM-DD)"))?;
+                let days = i32::try_from((d - chrono::NaiveDate::default()).num_days())
+                    .map_err(|_| format!("{s:?} is out of range"))?;
+                Value::Date(days)
+            }
+            Col::Dec(_, p, sc) => {
+                Value::Dec(parse_decimal_rounded(t, *p, *sc).ok_or_else(|| {
+                    format!("{s:?} is not a DECIMAL({p},{sc}) (or is out of its range)")
+                })?)
+            }
+        })
+    }
+
+    /// Appends a value `parse` returned for this column (or `Null`).
+    fn append(&mut self, v: &Value<'_>) {
+        match (self, v) {
+            (Col::Bool(b), Value::Bool(x)) => b.append_value(*x),
+            (Col::I16(b), Value::I16(x)) => b.append_value(*x),
+            (Col::I32(b), Value::I32(x)) => b.append_value(*x),
+            (Col::I64(b), Value::I64(x)) => b.append_value(*x),
+            (Col::F32(b), Value::F32(x)) => b.append_value(*x),
+            (Col::F64(b), Value::F64(x)) => b.append_value(*x),
+            (Col::Str(b, _), Value::Str(x)) => b.append_value(x),
+            (Col::Date(b), Value::Date(x)) => b.append_value(*x),
+            (Col::Dec(b, _, _), Value::Dec(x)) => b.append_value(*x),
+            (Col::Ts(b, _), Value::Ts(x)) => b.append_value(*x),
+            (Col::Bin(b), Value::Bin(x)) => b.append_value(x),
+            (Col::Bool(b), _) => b.append_null(),
+            (Col::I16(b), _) => b.append_null(),
+            (Col::I32(b), _) => b.append_null(),
+            (Col::I64(b), _) => b.append_null(),
+            (Col::F32(b), _) => b.append_null(),
+            (Col::F64(b), _) => b.append_null(),
+            (Col::Str(b, _), _) => b.append_null(),
+            (Col::Date(b), _) => b.append_null(),
+            (Col::Dec(b, _, _), _) => b.append_null(),
+            (Col::Ts(b, _), _) => b.append_null(),
+            (Col::Bin(b), _) => b.append_null(),
+        }
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Col::Bool(b) => Arc::new(b.finish()),
+            Col::I16(b) => Arc::new(b.finish()),
+            Col::I32(b) => Arc::new(b.finish()),
+            Col::I64(b) => Arc::new(b.finish()),
+            Col::F32(b) => Arc::new(b.finish()),
+            Col::F64(b) => Arc::new(b.finish()),
+            Col::Str(b, _) => Arc::new(b.finish()),
+            Col::Date(b) => Arc::new(b.finish()),
+            Col::Dec(b, _, _) => Arc::new(b.finish()),
+            Col::Ts(b, _) => Arc::new(b.finish()),
+            Col::Bin(b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+pub(super) fn parse_chunk(
+    def: &TableDef,
+    path: &Path,
+    format: Format,
+    chunk: &Chunk,
+    rejects: &Rejects,
+) -> Result<RecordBatch> {
+    let n = chunk.used;
+    let mut cols = def
+        .columns
+        .iter()
+        .map(|c| Col::new(c.ty, n))
+        .collect::<Result<Vec<_>>>()?;
+    let want = def.columns.len();
+    let trailing_delimiter = format == Format::Tbl;
+    let copy_text = format == Format::CopyText;
+    let mut row: Vec<Value<'_>> = Vec::with_capacity(want);
+    for (record, &line) in chunk.records[..chunk.used].iter().zip(&chunk.lines) {
+        let mut fields = record.len();
+        // dbgen ends every line with the delimiter: an empty last field is that terminator.
+        if trailing_delimiter && fields > 0 && record.get(fields - 1).is_some_and(|f| f.is_empty())
+        {
+            fields -= 1;
+        }
+        let raw = || record.iter().collect::<Vec<_>>().join(&b"|"[..]);
+        if fields != want {
+            rejects.reject(
+                path,
+                line,
+                &format!("{fields} fields, the table has {want} columns"),
+                &raw(),
+            )?;
+            continue;
+        }
+        row.clear();
+        let mut bad = None;
+        for (i, c) in def.columns.iter().enumerate() {
+            let bytes = record.get(i).unwrap_or_default();
+            if copy_text && bytes == [COPY_NULL] {
+                if !c.nullable {
+                    bad = Some(format!(
+                        "column {}: null value in a NOT NULL column",
+                        c.name
+                    ));
+                    break;
+                }
+                row.push(Value::Null);
+                continue;
+            }
+            let Ok(s) = std::str::from_utf8(bytes) else {
+                bad = Some(format!("column {}: invalid UTF-8", c.name));
+                break;
+            };
+            // Empty is NULL, except in a NOT NULL text column (an empty string).
+            if s.is_empty()
+                && !copy_text
+                && (c.nullable || c.ty.max_chars().is_none() && c.ty != ColumnType::Utf8)
+            {
+                if !c.nullable {
+                    bad = Some(format!(
+                        "column {}: empty value for a NOT NULL column",
+                        c.name
+                    ));
+                    break;
+                }
+                row.push(Value::Null);
+                continue;
+            }
+            match cols[i].parse(s) {
+                Ok(v) => row.push(v),
+                Err(why) => {
+                    bad = Some(format!("column {}: {why}", c.name));
+                    break;
+                }
+            }
+        }
+        match bad {
+            None => {
+                for (col, v) in cols.iter_mut().zip(&row) {
+                    col.append(v);
+                }
+            }
+            Some(reason) => rejects.reject(path, line, &reason, &raw())?,
+        }
+    }
+    let arrays: Vec<ArrayRef> = cols.iter_mut().map(Col::finish).collect();
+    Ok(RecordBatch::try_new(def.schema(), arrays)?)
+}
+
+/// Parses a decimal literal into DECIMAL(`precision`, `scale`), rounding digits past the
+/// scale half away from zero, as PostgreSQL and `INSERT` do (0.129 -> 0.13, -1.005 -> -1.01),
+/// never truncating. `None` if it is not a number or does not fit the precision.
+fn parse_decimal_rounded(text: &str, precision: u8, scale: i8) -> Option<i128> {
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], text[at + 1..].parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    let fraction_digits = mantissa.split_once('.').map_or(0, |(_, f)| f.len() as i32);
+    let excess = fraction_digits - exponent - i32::from(scale);
+    if excess <= 0 || scale < 0 {
+        return parse_decimal::<Decimal128Type>(text, precision, scale).ok();
+    }
+    // Parse exactly at the literal's own scale (at most 38 digits), then round to `scale`.
+    let wide_scale = i8::try_from(i32::from(scale) + excess).ok()?;
+    let wide = parse_decimal::<Decimal128Type>(text, 38, wide_scale).ok()?;
+    let divisor = 10i128.checked_pow(u32::try_from(excess).ok()?)?;
+    let (quotient, remainder) = (wide / divisor, wide % divisor);
+    let rounded = if remainder.unsigned_abs() * 2 >= divisor.unsigned_abs() {
+        quotient + wide.signum()
+    } else {
+        quotient
+    };
+    let limit = 10i128.checked_pow(u32::from(precision))?;
+    (rounded.abs() < limit).then_some(rounded)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimals_round_half_away_from_zero_never_truncate() {
+        let p = |t| super::parse_decimal_rounded(t, 12, 2);
+        assert_eq!(p("0.129"), Some(13));
+        assert_eq!(p("1.005"), Some(101));
+        assert_eq!(p("-1.005"), Some(-101));
+        assert_eq!(p("1.004"), Some(100));
+        assert_eq!(p("2.5"), Some(250));
+        assert_eq!(p("12.3456e1"), Some(12346));
+        assert_eq!(p("7"), Some(700));
+        assert_eq!(p("9999999999.995"), None, "rounds past the precision");
+        assert_eq!(p("abc"), None);
+        assert_eq!(p("1.2.3"), None);
+    }
+}
