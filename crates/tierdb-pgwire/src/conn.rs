@@ -158,10 +158,8 @@ impl ConnState {
         // The client's time zone (its startup parameter, as pgjdbc and libpq's PGTZ send
         // it, or what SET TIME ZONE recorded): applied to the session when it differs.
         // An unknown zone at startup leaves the session in UTC.
-        if let Some(tz) = client_time_zone(client)
-            && tz != session.time_zone()
-        {
-            let _ = session.set_time_zone(&tz);
+        if let Some(tz) = client_time_zone(client) {
+            let _ = session.set_time_zone(&tz); // a no-op when the session is in it already
         }
         if let Some(r) = show_server_version(&stmt) {
             return r;

@@ -506,6 +506,11 @@ impl TierSchema {
         Ok(())
     }
 
+    /// Whether `name` was a view at the last [`TierSchema::refresh`].
+    pub fn has_view(&self, name: &str) -> bool {
+        self.views.read().contains(name)
+    }
+
     pub fn set_options(&self, options: ScanOptions) {
         *self.options.write() = options;
     }

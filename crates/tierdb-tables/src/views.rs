@@ -110,13 +110,19 @@ impl Tables {
 }
 
 /// Replaces every view `stmt` reads with its query (recursively), as a derived table
-/// named like the view. Fails with 0A000 when a view is the target of a write.
-pub async fn expand(tables: &Tables, stmt: &mut DfStatement) -> Result<()> {
+/// named like the view. Fails with 0A000 when a view is the target of a write. `known`
+/// is the schema's list of views as of its last refresh: a statement naming none of them
+/// costs no catalog read.
+pub async fn expand(
+    tables: &Tables,
+    known: &crate::provider::TierSchema,
+    stmt: &mut DfStatement,
+) -> Result<()> {
     let DfStatement::Statement(s) = stmt else {
         return Ok(());
     };
     let names = named_relations(s.as_mut());
-    if names.is_empty() {
+    if !names.iter().any(|n| known.has_view(n)) {
         return Ok(());
     }
     let stored = tables.views().await?;

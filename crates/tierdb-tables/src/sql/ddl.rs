@@ -123,7 +123,7 @@ impl SqlSession {
         }
         let query = cv.query.to_string();
         let mut check = DfStatement::Statement(Box::new(SqlStatement::Query(cv.query.clone())));
-        crate::views::expand(&self.tables, &mut check).await?;
+        crate::views::expand(&self.tables, &self.schema, &mut check).await?;
         let plan = self.ctx.state().statement_to_plan(check).await?;
         let columns: Vec<String> = cv.columns.iter().map(|c| c.name.value.clone()).collect();
         let width = plan.schema().fields().len();

@@ -215,6 +215,9 @@ impl SqlSession {
         } else {
             tz
         };
+        if self.time_zone() == tz {
+            return Ok(());
+        }
         if tz
             .parse::<datafusion::arrow::array::timezone::Tz>()
             .is_err()
@@ -500,7 +503,7 @@ impl SqlSession {
         }
         self.schema.refresh().await?;
         let mut stmt = stmt.clone();
-        crate::views::expand(&self.tables, &mut stmt).await?;
+        crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
         let stmt = &stmt;
         let state = self.ctx.state();
         self.require_tables(&state, stmt)?;
@@ -569,7 +572,7 @@ impl SqlSession {
             return Ok(outcome);
         }
         // Every statement that can read a view (queries, writes, CREATE TABLE … AS).
-        crate::views::expand(&self.tables, &mut stmt).await?;
+        crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
         if crate::dml::is_update_or_delete(&stmt) {
             let state = self.ctx.state();
             let plan = match plan {
