@@ -9,6 +9,7 @@
 //! | `Tc`                             | [`FORMAT_VERSION`], then the next id (u64 BE) for tables and segments |
 //! | `Tr` + segment path              | [`FORMAT_VERSION`], then [`Retired`] (JSON): a file no table references any more, kept for readers until VACUUM |
 //! | `Tv` + view name                 | [`FORMAT_VERSION`], then [`crate::views::ViewDef`] (JSON): a view's query |
+//! | `Tq` + sequence name             | [`FORMAT_VERSION`], then [`crate::rows::sequence::SequenceDef`] (JSON) |
 //! | `Tt`                             | [`FORMAT_VERSION`], then the wall-clock time (ms since the epoch, u64 BE) of the last catalog commit: how old what a replica sees is |
 //!
 //! Every value starts with the format version byte; a value of another version is refused
@@ -33,6 +34,33 @@ const COUNTER_KEY: &[u8] = b"Tc";
 const RETIRED_PREFIX: &[u8] = b"Tr";
 const COMMIT_TIME_KEY: &[u8] = b"Tt";
 const VIEW_PREFIX: &[u8] = b"Tv";
+const SEQUENCE_PREFIX: &[u8] = b"Tq";
+
+fn sequence_key(name: &str) -> Bytes {
+    let mut k = BytesMut::with_capacity(SEQUENCE_PREFIX.len() + name.len());
+    k.put_slice(SEQUENCE_PREFIX);
+    k.put_slice(name.as_bytes());
+    k.freeze()
+}
+
+pub async fn get_sequence(
+    kv: &dyn KvRead,
+    name: &str,
+) -> Result<Option<crate::rows::sequence::SequenceDef>> {
+    let key = sequence_key(name);
+    match kv.get(&key).await? {
+        Some(v) => Ok(Some(decode(&key, &v)?)),
+        None => Ok(None),
+    }
+}
+
+pub async fn list_sequences(kv: &dyn KvRead) -> Result<Vec<crate::rows::sequence::SequenceDef>> {
+    kv.scan_prefix(SEQUENCE_PREFIX, None)
+        .await?
+        .iter()
+        .map(|(k, v)| decode(k, v))
+        .collect()
+}
 
 fn view_key(name: &str) -> Bytes {
     let mut k = BytesMut::with_capacity(VIEW_PREFIX.len() + name.len());
@@ -222,6 +250,13 @@ pub struct TableDef {
     /// one of these names cannot be added again (it would read those values).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<String>,
+    /// The PRIMARY KEY's columns. A table with one is a row table: its rows live in the KV
+    /// engine, one entry per row, ordered by key (`rows/`), not in segments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub primary_key: Vec<String>,
+    /// Column DEFAULTs: (column, the expression's SQL text), row tables only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defaults: Vec<(String, String)>,
 }
 
 impl TableDef {
@@ -245,6 +280,11 @@ impl TableDef {
                 })
                 .collect::<Vec<_>>(),
         ))
+    }
+
+    /// Whether the rows live in the KV engine (a table with a PRIMARY KEY).
+    pub fn is_row_table(&self) -> bool {
+        !self.primary_key.is_empty()
     }
 
     pub fn column_index(&self, name: &str) -> Option<usize> {
@@ -551,6 +591,14 @@ impl CatalogBatch {
 
     pub fn delete_view(&mut self, name: &str) {
         self.batch.delete(view_key(name));
+    }
+
+    pub fn put_sequence(&mut self, def: &crate::rows::sequence::SequenceDef) {
+        self.batch.put(sequence_key(&def.name), encode(def));
+    }
+
+    pub fn delete_sequence(&mut self, name: &str) {
+        self.batch.delete(sequence_key(name));
     }
 
     pub fn put_segment(&mut self, table: u64, seg: &SegmentMeta) {

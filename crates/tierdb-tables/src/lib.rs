@@ -12,6 +12,7 @@
 //! - [`joinorder`]: a join-reordering rule for star joins.
 //! - [`checked`]: integer arithmetic that fails on overflow, `sum(bigint)` as numeric.
 //! - [`literals`]: integer literals as int4 where they fit, as PostgreSQL types them.
+//! - [`rows`]: row tables (a PRIMARY KEY): rows in the KV engine, by key, with row locks.
 //! - [`txn`]: transactions (BEGIN … COMMIT) and what their statements see.
 //! - [`views`]: views, kept as their query and expanded into the statements that read them.
 //! - [`import`]: bulk import of CSV, TSV, `.tbl` and Parquet files ([`textvalue`]: the
@@ -35,6 +36,7 @@ pub mod literals;
 pub mod parsefix;
 pub mod provider;
 pub mod readahead;
+pub mod rows;
 pub mod segment;
 pub mod sql;
 pub mod tables;

@@ -472,6 +472,8 @@ pub struct TierSchema {
     views: RwLock<std::collections::HashSet<String>>,
     counters: Arc<ScanCounters>,
     options: RwLock<ScanOptions>,
+    /// Where row tables' DEFAULT expressions are planned (built on first use).
+    expr_state: std::sync::OnceLock<datafusion::execution::SessionState>,
 }
 
 impl TierSchema {
@@ -482,6 +484,7 @@ impl TierSchema {
             views: RwLock::new(Default::default()),
             counters,
             options: RwLock::new(ScanOptions::default()),
+            expr_state: Default::default(),
         }
     }
 
@@ -514,6 +517,29 @@ impl TierSchema {
     pub fn set_options(&self, options: ScanOptions) {
         *self.options.write() = options;
     }
+
+    /// A row table's column DEFAULTs as expressions.
+    fn defaults(&self, def: &TableDef) -> DfResult<std::collections::HashMap<String, Expr>> {
+        let mut out = std::collections::HashMap::new();
+        if def.defaults.is_empty() {
+            return Ok(out);
+        }
+        let state = self.expr_state.get_or_init(|| {
+            let state = datafusion::execution::SessionStateBuilder::new()
+                .with_default_features()
+                .build();
+            let ctx = datafusion::prelude::SessionContext::new_with_state(state);
+            for f in crate::rows::sequence::functions(&self.tables) {
+                ctx.register_udf(f);
+            }
+            ctx.state()
+        });
+        let empty = DFSchema::empty();
+        for (column, sql) in &def.defaults {
+            out.insert(column.clone(), state.create_logical_expr(sql, &empty)?);
+        }
+        Ok(out)
+    }
 }
 
 #[async_trait]
@@ -534,6 +560,15 @@ impl SchemaProvider for TierSchema {
             }
             return Ok(None);
         };
+        if def.is_row_table() {
+            let defaults = self.defaults(&def)?;
+            return Ok(Some(Arc::new(crate::rows::provider::RowTable::new(
+                self.tables.clone(),
+                def,
+                rows_of,
+                defaults,
+            ))));
+        }
         let options = *self.options.read();
         let t = TierTable::load(self.tables.clone(), def, self.counters.clone(), options).await?;
         if rows_of {

@@ -250,6 +250,8 @@ mod tests {
             partition_key: None,
             created_ms: 0,
             dropped: Vec::new(),
+            primary_key: Vec::new(),
+            defaults: Vec::new(),
         };
         let schema = Arc::new(Schema::new(vec![
             Field::new("narrow", DataType::Int32, false),

@@ -20,6 +20,10 @@ pub struct NewTable {
     pub columns: Vec<ColumnDef>,
     pub sort_key: Vec<String>,
     pub partition_key: Option<String>,
+    /// A PRIMARY KEY makes a row table (`rows/`).
+    pub primary_key: Vec<String>,
+    /// Column DEFAULTs (column, SQL text); row tables only.
+    pub defaults: Vec<(String, String)>,
 }
 
 /// The tables of one database. Cheap to share (`Arc`); catalog changes from one process are
@@ -39,6 +43,10 @@ pub struct Tables {
     /// The tables' Delta logs, for other engines (see `delta.rs`).
     delta: crate::delta::DeltaLogs,
     pub segment_options: SegmentOptions,
+    /// Row locks and recent row commits (`rows/locks.rs`).
+    rows: Arc<crate::rows::locks::RowState>,
+    /// Sequence values reserved by this process (`rows/sequence.rs`).
+    pub(crate) sequences: crate::rows::sequence::Sequences,
 }
 
 impl std::fmt::Debug for Tables {
@@ -69,6 +77,8 @@ impl Tables {
             writing: Default::default(),
             delta: Default::default(),
             segment_options: SegmentOptions::default(),
+            rows: Default::default(),
+            sequences: Default::default(),
         }
     }
 
@@ -103,6 +113,10 @@ impl Tables {
 
     pub fn is_read_only(&self) -> bool {
         self.writer.is_none()
+    }
+
+    pub(crate) fn row_state(&self) -> &Arc<crate::rows::locks::RowState> {
+        &self.rows
     }
 
     pub(crate) fn kv_writer(&self) -> Result<&Arc<KvDb>> {
@@ -177,6 +191,8 @@ impl Tables {
             partition_key: new.partition_key,
             created_ms: tierdb_kv::lease::now_ms(),
             dropped: Vec::new(),
+            primary_key: new.primary_key,
+            defaults: new.defaults,
         };
         def.validate()?;
         let mut b = CatalogBatch::default();
@@ -241,7 +257,30 @@ impl Tables {
         }
         let mut b = CatalogBatch::default();
         let now = tierdb_kv::lease::now_ms();
+        let sequences = if drop {
+            catalog::list_sequences(self.reader.as_ref()).await?
+        } else {
+            Vec::new()
+        };
+        let mut forget = Vec::new();
         for def in found.iter().flatten() {
+            if def.is_row_table() {
+                // Its rows go in the same commit (rows/ invariant 1).
+                for (k, _) in self
+                    .reader
+                    .scan(crate::rows::table_range(def.id), None)
+                    .await?
+                {
+                    b.batch.delete(k);
+                }
+            }
+            for s in sequences
+                .iter()
+                .filter(|s| s.owned_by.as_deref() == Some(&def.name))
+            {
+                b.delete_sequence(&s.name);
+                forget.push(s.name.clone());
+            }
             if drop {
                 b.delete_table(&def.name);
             }
@@ -251,6 +290,9 @@ impl Tables {
             }
         }
         kv.commit(b.stamped()).await?;
+        for name in forget {
+            self.sequences.forget(&name);
+        }
         for def in found.iter().flatten() {
             self.publish_delta(def, &[]).await;
         }
@@ -288,8 +330,19 @@ impl Tables {
     /// its outcome is unknown (the catalog commit itself failed: it may have taken effect)
     /// they are left in place, since the catalog may name them; callers never delete them.
     pub async fn commit_writes(&self, writes: Vec<PendingWrite>) -> Result<Vec<PendingWrite>> {
+        self.commit_writes_with(writes, tierdb_kv::Batch::new())
+            .await
+    }
+
+    /// [`Tables::commit_writes`], with `rows` (a transaction's row writes) in the same KV
+    /// batch as the catalog changes.
+    pub async fn commit_writes_with(
+        &self,
+        writes: Vec<PendingWrite>,
+        rows: tierdb_kv::Batch,
+    ) -> Result<Vec<PendingWrite>> {
         let all: Vec<SegmentMeta> = writes.iter().flat_map(|w| w.segments.clone()).collect();
-        match self.try_commit_writes(writes).await {
+        match self.try_commit_writes(writes, rows).await {
             Ok(done) => Ok(done),
             Err(CommitFailure::NotCommitted(e)) => {
                 self.discard(&all).await;
@@ -310,6 +363,7 @@ impl Tables {
     async fn try_commit_writes(
         &self,
         writes: Vec<PendingWrite>,
+        rows: tierdb_kv::Batch,
     ) -> std::result::Result<Vec<PendingWrite>, CommitFailure> {
         let before = CommitFailure::NotCommitted;
         let mut writes = writes;
@@ -395,6 +449,12 @@ impl Tables {
             w.segments = kept;
         }
         b.set_next_id(next);
+        for op in rows.ops() {
+            match op {
+                tierdb_kv::Op::Put(k, v) => b.batch.put(k.clone(), v.clone()),
+                tierdb_kv::Op::Delete(k) => b.batch.delete(k.clone()),
+            };
+        }
         let committed = kv.commit(b.stamped()).await;
         for w in &writes {
             self.done_writing(&w.segments);

@@ -21,8 +21,11 @@ use crate::tables::{PendingWrite, Tables};
 #[derive(Debug, Default)]
 pub struct Transaction {
     writes: Mutex<Vec<PendingWrite>>,
-    /// Savepoints, oldest first: a name and how many writes there were when it was set.
-    savepoints: Mutex<Vec<(String, usize)>>,
+    /// Savepoints, oldest first: a name, how many writes there were when it was set, and
+    /// the row writes' mark then.
+    savepoints: Mutex<Vec<(String, usize, usize)>>,
+    /// The writes to row tables (`rows/txn.rs`) and the row locks held.
+    pub(crate) rows: Mutex<crate::rows::RowWrites>,
 }
 
 impl Transaction {
@@ -31,7 +34,7 @@ impl Transaction {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.writes.lock().is_empty()
+        self.writes.lock().is_empty() && self.rows.lock().is_empty()
     }
 
     /// The writes, leaving the transaction empty.
@@ -42,7 +45,8 @@ impl Transaction {
     /// `SAVEPOINT name`.
     pub fn savepoint(&self, name: &str) {
         let at = self.writes.lock().len();
-        self.savepoints.lock().push((name.to_string(), at));
+        let mark = self.rows.lock().mark();
+        self.savepoints.lock().push((name.to_string(), at, mark));
     }
 
     /// `RELEASE SAVEPOINT name`: forgets it and every later savepoint; keeps the writes.
@@ -60,6 +64,7 @@ impl Transaction {
             let mut sp = self.savepoints.lock();
             let i = find(&sp, name)?;
             let at = sp[i].1;
+            self.rows.lock().undo_to(sp[i].2);
             sp.truncate(i + 1);
             let mut writes = self.writes.lock();
             let at = at.min(writes.len());
@@ -84,29 +89,36 @@ impl Transaction {
         out
     }
 
-    /// Commits every write at once. On failure nothing is committed.
+    /// Commits every write at once, columnar and row tables in one KV batch (rows/mod.rs
+    /// invariant 3). On failure nothing is committed. The row locks are released either way.
     pub async fn commit(&self, tables: &Tables) -> Result<()> {
         let writes = self.take();
+        let mut rows = std::mem::take(&mut *self.rows.lock());
         if writes.is_empty() {
-            return Ok(());
+            return crate::rows::commit(tables, &mut rows).await;
         }
+        let mut batch = tierdb_kv::Batch::new();
+        let keys = rows.to_batch(&mut batch);
         tierdb_store::testpoint::pause_at("txn-commit");
-        tables.commit_writes(writes).await?;
+        tables.commit_writes_with(writes, batch).await?;
         tierdb_store::testpoint::pause_at("txn-committed");
+        rows.committed(keys);
         Ok(())
     }
 
-    /// Discards every write: deletes the segment files it wrote (never committed).
+    /// Discards every write: deletes the segment files it wrote (never committed), forgets
+    /// its rows and releases its row locks.
     pub async fn rollback(&self, tables: &Tables) {
+        drop(std::mem::take(&mut *self.rows.lock()));
         let written: Vec<SegmentMeta> = self.take().into_iter().flat_map(|w| w.segments).collect();
         tables.discard(&written).await;
     }
 }
 
-fn find(savepoints: &[(String, usize)], name: &str) -> Result<usize> {
+fn find(savepoints: &[(String, usize, usize)], name: &str) -> Result<usize> {
     savepoints
         .iter()
-        .rposition(|(n, _)| n == name)
+        .rposition(|(n, _, _)| n == name)
         .ok_or_else(|| crate::TableError::Transaction {
             code: "3B001",
             message: format!("savepoint \"{name}\" does not exist"),

@@ -219,7 +219,11 @@ fn joined(
 /// `batch` with the table's exact schema: same-named columns cast where the types differ
 /// (e.g. string views from a scan), NOT NULL checked (by the schema), VARCHAR(n) and
 /// CHAR(n) lengths enforced (22001) and CHAR(n) padded with spaces.
-fn conform(batch: RecordBatch, def: &TableDef, schema: &SchemaRef) -> Result<RecordBatch> {
+pub(crate) fn conform(
+    batch: RecordBatch,
+    def: &TableDef,
+    schema: &SchemaRef,
+) -> Result<RecordBatch> {
     if batch.num_columns() != schema.fields().len() {
         return Err(TableError::Schema(format!(
             "{} columns given, the table has {}",

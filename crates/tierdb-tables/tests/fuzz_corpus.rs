@@ -33,6 +33,8 @@ fn seeds() -> Vec<Vec<u8>> {
         partition_key: Some("a".into()),
         created_ms: 1,
         dropped: Vec::new(),
+        primary_key: Vec::new(),
+        defaults: Vec::new(),
     };
     let stats = |min, max| ColumnStats {
         min: Some(min),

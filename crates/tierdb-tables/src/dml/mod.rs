@@ -78,22 +78,27 @@ pub(crate) async fn plan(
         .ok_or_else(|| TableError::Schema("not an UPDATE or DELETE".into()))?;
     let def = tables.require(&target.table).await?;
     let columns: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
-    let select = DfStatement::Statement(Box::new(target.select(&columns)?));
+    let ids: &[&str] = if def.is_row_table() {
+        &[crate::rows::provider::KEY_COLUMN]
+    } else {
+        &[target::SEGMENT_COLUMN, target::ROW_COLUMN]
+    };
+    let select = DfStatement::Statement(Box::new(target.select_with_ids(&columns, ids)?));
     crate::guard::check(&select)?;
     let plan = state.statement_to_plan(select).await?;
     match target.kind {
         DmlKind::Delete => Ok(plan),
-        DmlKind::Update => typed(plan, &def),
+        DmlKind::Update => typed(plan, &def, ids.len()),
     }
 }
 
 /// UPDATE's query with the new values cast to the column types; a bare parameter
 /// (`SET c = $1`) takes its column's type, as in DataFusion's own UPDATE planning.
-fn typed(plan: LogicalPlan, def: &TableDef) -> Result<LogicalPlan> {
+fn typed(plan: LogicalPlan, def: &TableDef, ids: usize) -> Result<LogicalPlan> {
     let plan = match plan {
         LogicalPlan::Projection(p) => {
             let mut exprs = p.expr.clone();
-            for (e, c) in exprs.iter_mut().skip(2).zip(&def.columns) {
+            for (e, c) in exprs.iter_mut().skip(ids).zip(&def.columns) {
                 if let Expr::Alias(a) = e
                     && let Expr::Placeholder(ph) = a.expr.as_mut()
                     && ph.field.is_none()
@@ -106,12 +111,12 @@ fn typed(plan: LogicalPlan, def: &TableDef) -> Result<LogicalPlan> {
         other => other,
     };
     let schema = plan.schema().clone();
-    let mut exprs = Vec::with_capacity(def.columns.len() + 2);
-    for i in 0..2 {
+    let mut exprs = Vec::with_capacity(def.columns.len() + ids);
+    for i in 0..ids {
         exprs.push(Expr::Column(Column::from(schema.qualified_field(i))));
     }
     for (i, c) in def.columns.iter().enumerate() {
-        let e = Expr::Column(Column::from(schema.qualified_field(i + 2)));
+        let e = Expr::Column(Column::from(schema.qualified_field(i + ids)));
         exprs.push(e.cast_to(&c.ty.arrow(), &schema)?.alias(&c.name));
     }
     Ok(LogicalPlan::Projection(Projection::try_new(
@@ -139,6 +144,10 @@ pub(crate) async fn execute(
         None => return Err(TableError::Schema("not an UPDATE or DELETE".into())),
     };
     let provider = rowid_provider(&plan)?;
+    if let Some(rows) = provider.downcast_ref::<crate::rows::provider::RowTable>() {
+        let def = rows.def().clone();
+        return crate::rows::dml::execute(ctx, tables, &def, kind == DmlKind::Update, plan).await;
+    }
     let view = provider
         .downcast_ref::<RowIdTable>()
         .ok_or_else(|| TableError::Schema("the DML query lost its target".into()))?;
@@ -221,7 +230,9 @@ fn rowid_provider(plan: &LogicalPlan) -> Result<Arc<dyn TableProvider>> {
     plan.apply(|node| {
         if let LogicalPlan::TableScan(scan) = node
             && let Ok(p) = source_as_provider(&scan.source)
-            && p.downcast_ref::<RowIdTable>().is_some()
+            && (p.downcast_ref::<RowIdTable>().is_some()
+                || p.downcast_ref::<crate::rows::provider::RowTable>()
+                    .is_some_and(|r| r.has_key()))
         {
             found = Some(p);
             return Ok(TreeNodeRecursion::Stop);
@@ -330,6 +341,11 @@ fn nullable(def: &TableDef) -> SchemaRef {
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect::<Vec<_>>(),
     ))
+}
+
+/// `batch` (a table's columns) with the table's types, every column nullable.
+pub(crate) fn conform_nullable(batch: RecordBatch, def: &TableDef) -> Result<RecordBatch> {
+    conform(batch, &nullable(def))
 }
 
 /// `batch`'s columns with `schema`'s types.

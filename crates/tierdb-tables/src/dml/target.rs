@@ -181,7 +181,13 @@ impl DmlTarget {
 
     /// The query naming the rows to change: the segment and row ids, then (UPDATE) every
     /// column of the table in order, `columns`, with its new value.
+    #[cfg(test)]
     pub(crate) fn select(&self, columns: &[String]) -> Result<SqlStatement> {
+        self.select_with_ids(columns, &[SEGMENT_COLUMN, ROW_COLUMN])
+    }
+
+    /// [`DmlTarget::select`] with other id columns (a row table's key: `rows/dml.rs`).
+    pub(crate) fn select_with_ids(&self, columns: &[String], ids: &[&str]) -> Result<SqlStatement> {
         for (c, _) in &self.assignments {
             if !columns.contains(c) {
                 return Err(TableError::Transaction {
@@ -199,7 +205,7 @@ impl DmlTarget {
                 Ident::with_quote('"', column),
             ]))
         };
-        let mut projection = vec![qualified(SEGMENT_COLUMN), qualified(ROW_COLUMN)];
+        let mut projection: Vec<SelectItem> = ids.iter().map(|c| qualified(c)).collect();
         if self.kind == DmlKind::Update {
             for c in columns {
                 projection.push(match self.assignments.iter().find(|(a, _)| a == c) {

@@ -182,6 +182,33 @@ impl SqlSession {
                 self.tables.drop_views(&names, *if_exists).await?;
                 "DROP VIEW"
             }
+            SqlStatement::CreateSequence {
+                temporary,
+                if_not_exists,
+                name,
+                sequence_options,
+                ..
+            } => {
+                if *temporary {
+                    return Err(TableError::Unsupported(
+                        "CREATE TEMPORARY SEQUENCE is not supported: sequences are stored".into(),
+                    ));
+                }
+                let mut seq = crate::rows::sequence::SequenceDef::new(&table_name(name)?);
+                super::serial::apply_options(&mut seq, sequence_options);
+                self.tables.create_sequence(seq, *if_not_exists).await?;
+                "CREATE SEQUENCE"
+            }
+            SqlStatement::Drop {
+                object_type: ObjectType::Sequence,
+                names,
+                if_exists,
+                ..
+            } => {
+                let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
+                self.tables.drop_sequences(&names, *if_exists).await?;
+                "DROP SEQUENCE"
+            }
             SqlStatement::CreateSchema {
                 schema_name,
                 if_not_exists,
@@ -242,19 +269,45 @@ impl SqlSession {
         declared: &[datafusion::sql::sqlparser::ast::DataType],
         order: Option<OneOrManyWithParens<SqlExpr>>,
         part: Option<Box<SqlExpr>>,
+        sequences: Vec<crate::rows::sequence::SequenceDef>,
     ) -> Result<Outcome> {
+        use datafusion::common::Constraint;
         if c.temporary {
             return Err(TableError::Schema(
                 "CREATE TEMPORARY TABLE is not supported: every tierdb table is stored".into(),
             ));
         }
-        if !c.column_defaults.is_empty() {
-            return Err(TableError::Schema(
-                "column DEFAULT values are not supported".into(),
-            ));
-        }
         let name = c.name.table().to_string();
         let schema = c.input.schema();
+        let mut primary_key = Vec::new();
+        for constraint in c.constraints.iter() {
+            match constraint {
+                Constraint::PrimaryKey(cols) => {
+                    primary_key = cols
+                        .iter()
+                        .map(|&i| schema.field(i).name().clone())
+                        .collect()
+                }
+                Constraint::Unique(_) => {
+                    return Err(TableError::Unsupported(format!(
+                        "table {name}: UNIQUE constraints are not enforced by tierdb yet; \
+                         declare the key as the PRIMARY KEY, or leave UNIQUE out"
+                    )));
+                }
+            }
+        }
+        if !c.column_defaults.is_empty() && primary_key.is_empty() {
+            return Err(TableError::Unsupported(format!(
+                "table {name}: column DEFAULTs (and SERIAL) need a row table: declare a \
+                 PRIMARY KEY"
+            )));
+        }
+        let mut defaults = Vec::new();
+        for (column, expr) in &c.column_defaults {
+            let sql = datafusion::sql::unparser::expr_to_sql(expr)
+                .map_err(|e| TableError::Schema(format!("DEFAULT of column {column}: {e}")))?;
+            defaults.push((column.clone(), sql.to_string()));
+        }
         let mut columns = Vec::new();
         for (i, f) in schema.fields().iter().enumerate() {
             let mut ty = ColumnType::from_arrow(f.name(), f.data_type())?;
@@ -264,8 +317,14 @@ impl SqlSession {
             columns.push(ColumnDef {
                 name: f.name().clone(),
                 ty,
-                nullable: f.is_nullable(),
+                nullable: f.is_nullable() && !primary_key.contains(f.name()),
             });
+        }
+        if !primary_key.is_empty() && (order.is_some() || part.is_some()) {
+            return Err(TableError::Schema(format!(
+                "table {name}: a table with a PRIMARY KEY is kept in key order; ORDER BY and \
+                 PARTITION BY are for tables without one"
+            )));
         }
         let sort_key = match order {
             None => Vec::new(),
@@ -280,6 +339,11 @@ impl SqlSession {
             self.tables.drop_table(&name, true).await?;
         }
         let existed = self.tables.table(&name).await?.is_some();
+        if !existed {
+            for seq in sequences {
+                self.tables.create_sequence(seq, true).await?;
+            }
+        }
         let def = self
             .tables
             .create_table(
@@ -288,6 +352,8 @@ impl SqlSession {
                     columns,
                     sort_key,
                     partition_key,
+                    primary_key,
+                    defaults,
                 },
                 c.if_not_exists,
             )

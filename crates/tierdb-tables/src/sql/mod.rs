@@ -25,6 +25,7 @@ use crate::tables::Tables;
 use crate::txn::TxSlot;
 
 mod ddl;
+mod serial;
 mod session;
 
 use session::Abort;
@@ -182,6 +183,9 @@ impl SqlEngine {
             ctx.register_udf(f.as_ref().clone());
         }
         ctx.register_udaf(crate::checked::SumAsNumeric::udaf());
+        for f in crate::rows::sequence::functions(&tables) {
+            ctx.register_udf(f);
+        }
         let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
         ctx.register_object_store(&url, Arc::new(tables.df_store().clone()));
         let counters = Arc::new(ScanCounters::default());
@@ -227,9 +231,14 @@ impl SqlEngine {
         let state = datafusion::execution::SessionStateBuilder::new_from_existing(base)
             .with_config(config)
             .build();
+        let ctx = SessionContext::new_with_state(state);
+        // currval() is the session's own.
+        for f in crate::rows::sequence::functions(&self.tables) {
+            ctx.register_udf(f);
+        }
         SqlSession {
             tables: self.tables.clone(),
-            ctx: SessionContext::new_with_state(state),
+            ctx,
             schema: self.session.schema.clone(),
             counters: self.session.counters.clone(),
             abort: Abort::new(slot),

@@ -587,6 +587,7 @@ impl SqlSession {
         }
         let mut keys = None;
         let mut declared = Vec::new();
+        let mut sequences = Vec::new();
         if let DfStatement::Statement(s) = &mut stmt
             && let SqlStatement::CreateTable(ct) = s.as_mut()
         {
@@ -606,6 +607,8 @@ impl SqlSession {
                     ),
                 );
             }
+            let table = super::relation_name(&ct.name).unwrap_or_default();
+            sequences = super::serial::rewrite(ct, &table);
             keys = Some((order, part));
             // What the Arrow schema does not carry: VARCHAR(n), CHAR(n).
             declared = ct.columns.iter().map(|c| c.data_type.clone()).collect();
@@ -622,7 +625,8 @@ impl SqlSession {
         match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
                 let (order, part) = keys.unwrap_or((None, None));
-                self.create_table(c, &declared, order, part).await
+                self.create_table(c, &declared, order, part, sequences)
+                    .await
             }
             LogicalPlan::Ddl(DdlStatement::DropTable(d)) => {
                 let name = d.name.table().to_string();

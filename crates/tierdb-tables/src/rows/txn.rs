@@ -1,0 +1,165 @@
+//! A transaction's writes to row tables: the rows it wrote (what its own statements read
+//! over the committed rows) and the locks it holds, until one KV batch commits them.
+//!
+//! Invariants:
+//!
+//! 1. `writes` maps a row's key to its new value, or to `None` for a deleted row; it is
+//!    the only place an uncommitted row exists. Committing turns it into puts and deletes
+//!    of one KV batch (with the transaction's columnar writes, if any: `txn.rs`).
+//! 2. `undo` records, for every change, what `writes` held for the key before, so
+//!    ROLLBACK TO SAVEPOINT restores `writes` exactly as it was at the savepoint. Locks
+//!    taken since the savepoint stay held, as in PostgreSQL.
+//! 3. Every key in `writes` is locked by this transaction (`locks.rs`, invariant 1), and
+//!    dropping a `RowWrites` releases its locks: committed, rolled back or abandoned.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::locks::RowState;
+
+#[derive(Debug, Default)]
+pub struct RowWrites {
+    id: u64,
+    state: Option<Arc<RowState>>,
+    writes: BTreeMap<Bytes, Option<Bytes>>,
+    undo: Vec<(Bytes, Option<Option<Bytes>>)>,
+    locked: Vec<Bytes>,
+}
+
+impl RowWrites {
+    /// The writes of a transaction of `state`'s process.
+    pub(crate) fn new(state: &Arc<RowState>) -> Self {
+        RowWrites {
+            id: state.new_tx(),
+            state: Some(state.clone()),
+            writes: BTreeMap::new(),
+            undo: Vec::new(),
+            locked: Vec::new(),
+        }
+    }
+
+    /// This transaction's id for locks (0 until it first writes a row table).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Joins `state` if not yet (a transaction's first row write).
+    pub(crate) fn attach(&mut self, state: &Arc<RowState>) {
+        if self.state.is_none() {
+            self.id = state.new_tx();
+            self.state = Some(state.clone());
+        }
+    }
+
+    pub(crate) fn note_locked(&mut self, key: &Bytes) {
+        if !self.locked.contains(key) {
+            self.locked.push(key.clone());
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// The row this transaction wrote at `key`: `Some(None)` deleted, `None` not written.
+    pub(crate) fn get(&self, key: &[u8]) -> Option<Option<Bytes>> {
+        self.writes.get(key).cloned()
+    }
+
+    pub(crate) fn put(&mut self, key: Bytes, value: Bytes) {
+        let before = self.writes.insert(key.clone(), Some(value));
+        self.undo.push((key, before));
+    }
+
+    pub(crate) fn delete(&mut self, key: Bytes) {
+        let before = self.writes.insert(key.clone(), None);
+        self.undo.push((key, before));
+    }
+
+    /// The writes in `range`, ascending.
+    pub(crate) fn range(&self, range: (Bound<Bytes>, Bound<Bytes>)) -> Vec<(Bytes, Option<Bytes>)> {
+        if crate::rows::range_is_empty(&range) {
+            return Vec::new();
+        }
+        self.writes
+            .range(range)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// A savepoint: how many changes there are now.
+    pub(crate) fn mark(&self) -> usize {
+        self.undo.len()
+    }
+
+    /// Undoes every change made since `mark` (invariant 2).
+    pub(crate) fn undo_to(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            let Some((key, before)) = self.undo.pop() else {
+                break;
+            };
+            match before {
+                Some(v) => {
+                    self.writes.insert(key, v);
+                }
+                None => {
+                    self.writes.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The writes, as the puts and deletes of one batch; the keys they write.
+    pub(crate) fn to_batch(&self, batch: &mut tierdb_kv::Batch) -> Vec<Bytes> {
+        for (k, v) in &self.writes {
+            match v {
+                Some(v) => batch.put(k.clone(), v.clone()),
+                None => batch.delete(k.clone()),
+            };
+        }
+        self.writes.keys().cloned().collect()
+    }
+
+    /// Records the durable commit of `keys` (locks.rs invariant 2); the locks go when this
+    /// is dropped.
+    pub(crate) fn committed(&mut self, keys: Vec<Bytes>) {
+        if let Some(s) = &self.state {
+            s.committed(keys.into_iter());
+        }
+        self.writes.clear();
+        self.undo.clear();
+    }
+}
+
+impl Drop for RowWrites {
+    fn drop(&mut self) {
+        if let Some(s) = &self.state {
+            s.release(self.id, &self.locked);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn undo_restores_the_writes_of_a_savepoint() {
+        let state = Arc::new(RowState::default());
+        let mut w = RowWrites::new(&state);
+        let k = |s: &'static str| Bytes::from_static(s.as_bytes());
+        w.put(k("a"), k("1"));
+        let mark = w.mark();
+        w.put(k("a"), k("2"));
+        w.delete(k("b"));
+        w.put(k("c"), k("3"));
+        w.undo_to(mark);
+        assert_eq!(w.get(b"a"), Some(Some(k("1"))));
+        assert_eq!(w.get(b"b"), None);
+        assert_eq!(w.get(b"c"), None);
+    }
+}
