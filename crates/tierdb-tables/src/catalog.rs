@@ -257,6 +257,9 @@ pub struct TableDef {
     /// Column DEFAULTs: (column, the expression's SQL text), row tables only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub defaults: Vec<(String, String)>,
+    /// Secondary indexes (row tables only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub indexes: Vec<crate::rows::index::IndexDef>,
 }
 
 impl TableDef {

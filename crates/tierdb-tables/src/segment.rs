@@ -252,6 +252,7 @@ mod tests {
             dropped: Vec::new(),
             primary_key: Vec::new(),
             defaults: Vec::new(),
+            indexes: Vec::new(),
         };
         let schema = Arc::new(Schema::new(vec![
             Field::new("narrow", DataType::Int32, false),

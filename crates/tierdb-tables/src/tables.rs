@@ -193,6 +193,7 @@ impl Tables {
             dropped: Vec::new(),
             primary_key: new.primary_key,
             defaults: new.defaults,
+            indexes: Vec::new(),
         };
         def.validate()?;
         let mut b = CatalogBatch::default();

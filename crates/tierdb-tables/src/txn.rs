@@ -99,6 +99,8 @@ impl Transaction {
         }
         let mut batch = tierdb_kv::Batch::new();
         let keys = rows.to_batch(&mut batch);
+        let _gate = tables.row_state().gate.read().await;
+        crate::rows::index::check_tables(tables, &rows).await?;
         tierdb_store::testpoint::pause_at("txn-commit");
         tables.commit_writes_with(writes, batch).await?;
         tierdb_store::testpoint::pause_at("txn-committed");

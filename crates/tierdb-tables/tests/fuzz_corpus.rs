@@ -35,6 +35,7 @@ fn seeds() -> Vec<Vec<u8>> {
         dropped: Vec::new(),
         primary_key: Vec::new(),
         defaults: Vec::new(),
+        indexes: Vec::new(),
     };
     let stats = |min, max| ColumnStats {
         min: Some(min),

@@ -22,7 +22,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
-use super::{RowWrites, format, key_columns, row_key, values_of};
+use super::{RowWrites, format, index, key_columns, row_key, values_of};
 use crate::catalog::TableDef;
 use crate::error::{Result, TableError};
 use crate::tables::Tables;
@@ -144,25 +144,39 @@ async fn apply(
     writes: &parking_lot::Mutex<RowWrites>,
 ) -> Result<()> {
     let key_cols = key_columns(def)?;
+    let state = tables.row_state();
+    let id = writes.lock().id();
+    // The rows as they are now (locked: they cannot change), for their index entries.
+    let old_values = |key: Bytes| async move {
+        if def.indexes.is_empty() {
+            return Ok::<_, TableError>(None);
+        }
+        let mine = writes.lock().get(&key);
+        let row = match mine {
+            Some(v) => v,
+            None => super::committed_row(tables, &key).await?,
+        };
+        row.map(|v| format::decode_row(def, &key, &v)).transpose()
+    };
     let mut puts = Vec::new();
     for n in named {
+        let old = old_values(n.key.clone()).await?;
         let Some((batch, row)) = n.new else {
-            writes.lock().delete(n.key);
+            index::write_row(tables, def, writes, &n.key, old.as_deref(), None).await?;
             continue;
         };
         let values = values_of(&batch, row)?;
         let key = row_key(def, &key_cols, &values)?;
         let value = Bytes::from(format::encode_row(def, &batch, row)?);
         if key != n.key {
-            writes.lock().delete(n.key);
-            puts.push((key, value, values, true));
+            index::write_row(tables, def, writes, &n.key, old.as_deref(), None).await?;
+            puts.push((key, value, values, None, true));
         } else {
-            puts.push((key, value, values, false));
+            puts.push((key, value, values, old, false));
         }
     }
-    let state = tables.row_state();
-    let id = writes.lock().id();
-    for (key, value, values, moved) in puts {
+    // Every old key of a moved row is deleted by now: a new key that exists is a duplicate.
+    for (key, value, values, old, moved) in puts {
         if moved {
             state.lock(id, &key, &def.name).await?;
             writes.lock().note_locked(&key);
@@ -175,7 +189,15 @@ async fn apply(
                 return Err(super::duplicate(def, &key_cols, &values));
             }
         }
-        writes.lock().put(key, value);
+        index::write_row(
+            tables,
+            def,
+            writes,
+            &key,
+            old.as_deref(),
+            Some((&values, value)),
+        )
+        .await?;
     }
     Ok(())
 }

@@ -246,6 +246,7 @@ mod tests {
             dropped: vec![],
             primary_key: vec!["id".into()],
             defaults: vec![],
+            indexes: vec![],
         }
     }
 

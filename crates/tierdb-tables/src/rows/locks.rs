@@ -33,6 +33,8 @@ pub(crate) struct RowState {
     seq: AtomicU64,
     next_tx: AtomicU64,
     recent: Mutex<Recent>,
+    /// Row commits hold it shared; CREATE/DROP INDEX exclusively (index.rs invariant 2).
+    pub(crate) gate: tokio::sync::RwLock<()>,
 }
 
 #[derive(Debug, Default)]

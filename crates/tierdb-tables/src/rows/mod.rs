@@ -11,6 +11,7 @@
 //!
 //! - [`keys`]: the order-preserving encoding of key values.
 //! - [`format`]: the row value.
+//! - [`index`]: secondary indexes, maintained with their rows.
 //! - [`locks`]: row locks, deadlock detection, the record of recent commits.
 //! - [`txn`]: a transaction's uncommitted rows and locks.
 //! - [`provider`]: DataFusion's view of a row table: key-range scans, INSERT.
@@ -30,6 +31,7 @@
 
 pub(crate) mod dml;
 pub(crate) mod format;
+pub mod index;
 pub(crate) mod keys;
 pub(crate) mod locks;
 pub(crate) mod provider;
@@ -150,7 +152,7 @@ pub(crate) async fn insert(
         if exists {
             return Err(duplicate(def, &key_cols, &values));
         }
-        writes.lock().put(key, value);
+        index::write_row(tables, def, writes, &key, None, Some((&values, value))).await?;
     }
     Ok(batch.num_rows() as u64)
 }
@@ -182,6 +184,8 @@ pub(crate) async fn commit(tables: &Tables, writes: &mut RowWrites) -> Result<()
         return Ok(());
     }
     let kv = tables.kv_writer()?;
+    let _gate = tables.row_state().gate.read().await;
+    index::check_tables(tables, writes).await?;
     tierdb_store::testpoint::pause_at("rows-commit");
     kv.commit(batch).await?;
     tierdb_store::testpoint::pause_at("rows-committed");
@@ -203,9 +207,14 @@ impl RowReader {
             Ok(w) => Arc::new(w.snapshot()?),
             Err(_) => tables.reader.clone(),
         };
-        let overlay = writes
-            .map(|w| w.range(table_range(def.id)))
-            .unwrap_or_default();
+        let mut overlay = Vec::new();
+        if let Some(w) = writes {
+            overlay.extend(w.range(table_range(def.id)));
+            for i in &def.indexes {
+                overlay.extend(w.range(index::index_range(i.id)));
+            }
+            overlay.sort_by(|a, b| a.0.cmp(&b.0));
+        }
         Ok(RowReader { view, overlay })
     }
 

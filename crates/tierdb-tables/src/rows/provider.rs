@@ -95,6 +95,8 @@ pub(crate) enum Access {
     Points(Vec<Bytes>),
     /// These key ranges.
     Ranges(Vec<(Bound<Bytes>, Bound<Bytes>)>),
+    /// The rows of the entries under these prefixes of this index.
+    Index(String, Vec<Bytes>),
 }
 
 impl Access {
@@ -103,6 +105,7 @@ impl Access {
             Access::Points(p) => format!("primary key lookup ×{}", p.len()),
             Access::Ranges(r) if r.len() == 1 && r[0].0 == Bound::Unbounded => "full scan".into(),
             Access::Ranges(r) => format!("primary key range ×{}", r.len()),
+            Access::Index(name, p) => format!("index {name} lookup ×{}", p.len()),
         }
     }
 }
@@ -110,8 +113,55 @@ impl Access {
 /// Most keys an IN-list or a product of equalities is turned into.
 const MAX_POINTS: usize = 1024;
 
-/// The keys `filters` (a conjunction) allow reading.
+/// The keys `filters` (a conjunction) allow reading: through the primary key, or, where it
+/// would read the whole table, through an index with equalities on its leading columns.
 pub(crate) fn access(def: &TableDef, filters: &[Expr]) -> Access {
+    let by_key = key_access(def, filters);
+    let full = matches!(&by_key, Access::Ranges(r) if r.len() == 1 && r[0] == table_range(def.id));
+    if !full {
+        return by_key;
+    }
+    let mut conjuncts = Vec::new();
+    for f in filters {
+        split_and(f, &mut conjuncts);
+    }
+    for index in &def.indexes {
+        let mut prefixes = vec![super::index::index_prefix(index.id)];
+        for c in &index.columns {
+            let Some(ci) = def.column_index(c) else { break };
+            let col = &def.columns[ci];
+            if matches!(col.ty, ColumnType::Char { .. }) {
+                break;
+            }
+            let Some(values) = equalities(&conjuncts, c, col.ty) else {
+                break;
+            };
+            if prefixes.len() * values.len() > MAX_POINTS {
+                break;
+            }
+            let mut next = Vec::new();
+            for p in &prefixes {
+                for v in &values {
+                    let mut k = p.clone();
+                    if keys::encode(&mut k, col.ty, v, true).is_err() {
+                        return by_key;
+                    }
+                    next.push(k);
+                }
+            }
+            prefixes = next;
+        }
+        if prefixes[0].len() > 9 {
+            let mut p: Vec<Bytes> = prefixes.into_iter().map(Bytes::from).collect();
+            p.sort();
+            p.dedup();
+            return Access::Index(index.name.clone(), p);
+        }
+    }
+    by_key
+}
+
+fn key_access(def: &TableDef, filters: &[Expr]) -> Access {
     let full = || {
         let (s, e) = table_range(def.id);
         Access::Ranges(vec![(s, e)])
@@ -552,6 +602,23 @@ impl Scan {
                         rows.push((points[at].clone(), v));
                     }
                     at += 1;
+                }
+            }
+            Access::Index(_, prefixes) => {
+                while at < prefixes.len() && rows.is_empty() {
+                    let p = &prefixes[at];
+                    let end = tierdb_kv::prefix_end(p).map_or(Bound::Unbounded, Bound::Excluded);
+                    let start = resume.take().unwrap_or_else(|| Bound::Included(p.clone()));
+                    let (page, next) = self.reader.scan((start, end), BATCH_ROWS).await?;
+                    for (_, row_key) in page {
+                        if let Some(v) = self.reader.get(&row_key).await? {
+                            rows.push((row_key, v));
+                        }
+                    }
+                    match next {
+                        Some(r) => resume = Some(r),
+                        None => at += 1,
+                    }
                 }
             }
             Access::Ranges(ranges) => {

@@ -27,6 +27,8 @@ pub struct RowWrites {
     writes: BTreeMap<Bytes, Option<Bytes>>,
     undo: Vec<(Bytes, Option<Option<Bytes>>)>,
     locked: Vec<Bytes>,
+    /// The tables written: id → (name, index ids as the writes saw them).
+    tables: BTreeMap<u64, (String, u64, Vec<u64>)>,
 }
 
 impl RowWrites {
@@ -38,6 +40,7 @@ impl RowWrites {
             writes: BTreeMap::new(),
             undo: Vec::new(),
             locked: Vec::new(),
+            tables: BTreeMap::new(),
         }
     }
 
@@ -58,6 +61,22 @@ impl RowWrites {
         if !self.locked.contains(key) {
             self.locked.push(key.clone());
         }
+    }
+
+    /// Notes that a row of `def` is written (index.rs invariant 2).
+    pub(crate) fn note_table(&mut self, def: &crate::catalog::TableDef) {
+        self.tables.entry(def.id).or_insert_with(|| {
+            (
+                def.name.clone(),
+                def.id,
+                def.indexes.iter().map(|i| i.id).collect(),
+            )
+        });
+    }
+
+    /// The tables written: name, id, index ids.
+    pub(crate) fn tables(&self) -> impl Iterator<Item = (&String, &u64, &Vec<u64>)> {
+        self.tables.values().map(|(n, id, ix)| (n, id, ix))
     }
 
     pub(crate) fn is_empty(&self) -> bool {

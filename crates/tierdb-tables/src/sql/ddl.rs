@@ -209,6 +209,45 @@ impl SqlSession {
                 self.tables.drop_sequences(&names, *if_exists).await?;
                 "DROP SEQUENCE"
             }
+            SqlStatement::CreateIndex(ci) => {
+                let table = table_name(&ci.table_name)?;
+                let mut columns = Vec::new();
+                for c in &ci.columns {
+                    match &c.column.expr {
+                        SqlExpr::Identifier(id) => columns.push(ident_name(id)),
+                        other => {
+                            return Err(TableError::Unsupported(format!(
+                                "CREATE INDEX on the expression {other}: tierdb indexes \
+                                 columns"
+                            )));
+                        }
+                    }
+                }
+                if ci.predicate.is_some() {
+                    return Err(TableError::Unsupported(
+                        "partial indexes (CREATE INDEX … WHERE) are not supported".into(),
+                    ));
+                }
+                let name = match &ci.name {
+                    Some(n) => table_name(n)?,
+                    None => format!("{table}_{}_idx", columns.join("_")),
+                };
+                self.tables
+                    .create_index(&table, &name, columns, ci.unique, ci.if_not_exists)
+                    .await?;
+                "CREATE INDEX"
+            }
+            SqlStatement::Drop {
+                object_type: ObjectType::Index,
+                names,
+                if_exists,
+                ..
+            } => {
+                for n in names {
+                    self.tables.drop_index(&table_name(n)?, *if_exists).await?;
+                }
+                "DROP INDEX"
+            }
             SqlStatement::CreateSchema {
                 schema_name,
                 if_not_exists,
