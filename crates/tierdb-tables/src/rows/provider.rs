@@ -61,14 +61,18 @@ impl RowTable {
         with_key: bool,
         defaults: std::collections::HashMap<String, Expr>,
     ) -> Self {
-        let base = def.schema();
-        let schema = if with_key {
-            let mut fields: Vec<Arc<Field>> = base.fields().iter().cloned().collect();
+        // Every column nullable as DataFusion sees it: NOT NULL is checked by the sink, with
+        // PostgreSQL's 23502 naming the column (DataFusion's own check names the input's).
+        let mut fields: Vec<Arc<Field>> = def
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| Arc::new(f.as_ref().clone().with_nullable(true)))
+            .collect();
+        if with_key {
             fields.push(Arc::new(Field::new(KEY_COLUMN, DataType::Binary, false)));
-            Arc::new(Schema::new(fields))
-        } else {
-            base
-        };
+        }
+        let schema = Arc::new(Schema::new(fields));
         RowTable {
             tables,
             def,
@@ -429,7 +433,10 @@ impl TableProvider for RowTable {
         let sink = RowSink {
             tables: self.tables.clone(),
             def: self.def.clone(),
-            schema: self.def.schema(),
+            // What DataFusion hands the sink: the columns as the provider shows them.
+            schema: Arc::new(Schema::new(
+                self.schema.fields()[..self.def.columns.len()].to_vec(),
+            )),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
@@ -700,7 +707,9 @@ impl DataSink for RowSink {
         let writes = tx.as_ref().map_or(&local, |t| &t.rows);
         let mut n = 0;
         while let Some(batch) = data.next().await {
-            let batch = crate::write::conform(batch?, &self.def, &self.schema)?;
+            let batch = batch?;
+            super::dml::check_not_null(&self.def, &batch)?;
+            let batch = crate::write::conform(batch, &self.def, &self.def.schema())?;
             n += super::insert(&self.tables, &self.def, &batch, writes).await?;
         }
         if tx.is_none() {
