@@ -4,6 +4,11 @@
   DEFAULT, PRIMARY KEY, CREATE INDEX) and runs `oltp_read_write` for a few seconds on
   both servers; afterwards the table has its row count and every index entry agrees with
   the rows (a lookup through the index `k_1` against the same filter that cannot use it).
+- pgbench 15 unmodified: `-i -s 1` (TRUNCATE, `COPY … WITH (FREEZE ON)`, `vacuum analyze`,
+  `ALTER TABLE … ADD PRIMARY KEY`, which turns the loaded columnar tables into row tables),
+  then tpcb-like with `-M simple` and `-M prepared` and select-only with `-M extended`, 0
+  failed transactions; the balances it leaves agree (accounts = tellers = branches =
+  history).
 - Concurrent transfers between accounts (4 threads, READ COMMITTED, retried on
   40001/40P01 as sysbench does): the balances sum to what they started with, on both.
 
@@ -114,3 +119,35 @@ def test_concurrent_transfers_keep_the_total(servers, name):
         total = c.execute("SELECT sum(balance) FROM bank").fetchone()[0]
         n = c.execute("SELECT count(*) FROM bank").fetchone()[0]
     assert (n, int(total)) == (accounts, accounts * start), (name, n, total, retried[0])
+
+
+PGBENCH = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
+
+
+@pytest.mark.skipif(not os.path.exists(PGBENCH), reason="pgbench is not installed")
+@pytest.mark.parametrize("name", ["postgres", "tierdb"])
+def test_pgbench_initializes_and_runs_tpcb_like_and_select_only(servers, name):
+    port, user, password, db = servers[name]
+    env = dict(os.environ, PGPASSWORD=password)
+    base = [PGBENCH, "-h", "127.0.0.1", "-p", str(port), "-U", user]
+
+    def pgbench(*args):
+        r = subprocess.run([*base, *args, db], capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout + r.stderr
+
+    pgbench("-i", "-s", "1")
+    # -n: no vacuum before a run (it would empty pgbench_history of the run before).
+    for mode in ("simple", "prepared"):
+        out = pgbench("-n", "-c", "4", "-j", "2", "-T", "3", "-M", mode)
+        assert "number of failed transactions: 0 " in out, out
+    out = pgbench("-n", "-S", "-c", "2", "-T", "2", "-M", "extended")
+    assert "number of failed transactions: 0 " in out, out
+    dsn = engines.tierdb_dsn(port) if name == "tierdb" else engines.pg_dsn(port)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        sums = [c.execute(f"SELECT sum({col}) FROM {t}").fetchone()[0] for t, col in [
+            ("pgbench_accounts", "abalance"), ("pgbench_tellers", "tbalance"),
+            ("pgbench_branches", "bbalance"), ("pgbench_history", "delta")]]
+        # Every transaction moved delta into one account, teller and branch, and logged it.
+        assert len({int(s or 0) for s in sums}) == 1, sums
+        assert c.execute("SELECT count(*) FROM pgbench_accounts").fetchone()[0] == 100000

@@ -30,6 +30,8 @@ pub(crate) fn parse(
         ));
     }
     let sql = &search_path_schemas(sql);
+    let sql = &copy_booleans(sql);
+    let sql = &vacuum(sql);
     let mut statements = parse_unrepaired(parser, sql)?;
     for s in &mut statements {
         tierdb_tables::parsefix::repair(s);
@@ -69,6 +71,44 @@ fn search_path_schemas(sql: &str) -> std::borrow::Cow<'_, str> {
         }
         None => sql.into(),
     }
+}
+
+/// COPY's boolean options may be written `on` and `off` (pgbench -i sends `with (freeze
+/// on)`), which the SQL parser does not read: they become `true` and `false`. Only COPY
+/// statements are touched.
+fn copy_booleans(sql: &str) -> std::borrow::Cow<'_, str> {
+    let lower = sql.to_lowercase();
+    if !lower.trim_start().starts_with("copy") {
+        return sql.into();
+    }
+    let mut out = sql.to_string();
+    for option in ["freeze", "header"] {
+        for (word, value) in [(" on", " true"), (" off", " false")] {
+            let pattern = format!("{option}{word}");
+            while let Some(at) = out.to_lowercase().find(&pattern) {
+                let after = out[at + pattern.len()..].chars().next();
+                if after.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    break;
+                }
+                out.replace_range(at + option.len()..at + pattern.len(), value);
+            }
+        }
+    }
+    out.into()
+}
+
+/// PostgreSQL's `VACUUM [FULL | FREEZE | VERBOSE | ANALYZE] [table, …]` (pgbench -i sends
+/// `vacuum analyze pgbench_branches`), which the SQL parser reads only bare: tierdb's
+/// VACUUM (deleting the files no table references any more) is database-wide, so the
+/// options and tables are dropped. One statement only; anything else is returned as is.
+fn vacuum(sql: &str) -> std::borrow::Cow<'_, str> {
+    let t = sql.trim().trim_end_matches(';');
+    let mut words = t.split_whitespace();
+    let first = words.next().unwrap_or("");
+    if !first.eq_ignore_ascii_case("vacuum") || t.contains(';') || t.contains('(') {
+        return sql.into();
+    }
+    "VACUUM".into()
 }
 
 fn parse_unrepaired(
@@ -242,6 +282,28 @@ mod tests {
         let out = search_path_schemas(grafana);
         assert!(out.ends_with("IN (SELECT 'public')"), "{out}");
         assert_eq!(search_path_schemas("SELECT 1"), "SELECT 1");
+    }
+
+    #[test]
+    fn copy_takes_on_and_off_as_booleans() {
+        assert_eq!(
+            copy_booleans("copy t from stdin with (freeze on)"),
+            "copy t from stdin with (freeze true)"
+        );
+        assert_eq!(
+            copy_booleans("COPY t FROM STDIN (FORMAT csv, HEADER off)"),
+            "COPY t FROM STDIN (FORMAT csv, HEADER false)"
+        );
+        assert_eq!(copy_booleans("SELECT 'freeze on'"), "SELECT 'freeze on'");
+        assert!(parse_str("copy t from stdin with (freeze on)").is_ok());
+    }
+
+    #[test]
+    fn vacuum_of_tables_is_the_database_vacuum() {
+        assert_eq!(vacuum("vacuum analyze pgbench_branches"), "VACUUM");
+        assert_eq!(vacuum("VACUUM;"), "VACUUM");
+        assert_eq!(vacuum("SELECT 1; vacuum t"), "SELECT 1; vacuum t");
+        assert!(parse_str("vacuum analyze pgbench_branches").is_ok());
     }
 
     #[test]

@@ -372,7 +372,10 @@ impl Tables {
         let _guard = self.commit_lock.lock().await;
         for w in &writes {
             match self.table(&w.table.name).await.map_err(before)? {
-                Some(now) if now.id == w.table.id && now.columns == w.table.columns => {}
+                Some(now)
+                    if now.id == w.table.id
+                        && now.columns == w.table.columns
+                        && now.primary_key == w.table.primary_key => {}
                 Some(now) if now.id == w.table.id => {
                     return Err(before(TableError::Conflict(format!(
                         "table {} was altered (ALTER TABLE) while rows were being written; \

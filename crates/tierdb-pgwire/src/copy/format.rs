@@ -54,6 +54,9 @@ impl CopyOptions {
                 CopyOption::Null(n) => null = Some(n.clone()),
                 CopyOption::Encoding(e)
                     if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
+                // FREEZE (pgbench -i sends it) is about PostgreSQL's tuple visibility: the
+                // copied rows are visible at commit either way.
+                CopyOption::Freeze(_) => {}
                 other => return Err(unsupported(other.to_string())),
             }
         }

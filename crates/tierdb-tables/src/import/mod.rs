@@ -200,6 +200,43 @@ pub async fn import(
     let input: Arc<dyn datafusion::physical_plan::ExecutionPlan> = Arc::new(
         StreamingTableExec::try_new(schema.clone(), inputs, None, Vec::new(), false, None)?,
     );
+    if def.is_row_table() {
+        let result = crate::rows::insert_plan(
+            &tables,
+            &def,
+            input,
+            ctx,
+            options.transaction.as_ref(),
+            &|n| {
+                progress.writing.store(true, Ordering::Relaxed);
+                progress.rows_written.fetch_add(n, Ordering::Relaxed);
+            },
+        )
+        .await;
+        let read = reader
+            .join()
+            .map_err(|_| TableError::Import("the import reader thread panicked".into()))?;
+        let rows = match (read, result) {
+            (Err(e), _) | (Ok(()), Err(e)) => return Err(nothing_committed(e)),
+            (Ok(()), Ok(n)) => n,
+        };
+        rejects.finish()?;
+        if rows == 0 {
+            return Err(TableError::Import(
+                "the input holds no rows; nothing was imported".into(),
+            ));
+        }
+        return Ok(ImportSummary {
+            files: files.len(),
+            bytes: total,
+            rows,
+            rejected: rejects.count(),
+            segments: 0,
+            segment_bytes: 0,
+            elapsed: started.elapsed(),
+            reject_file: (rejects.count() > 0).then(|| options.reject_file.clone()),
+        });
+    }
     let plan = sorted_plan(&def, input)?;
     let written = progress.clone();
     let result = write_plan(&tables, &def, plan, ctx, &move |n| {

@@ -16,6 +16,7 @@
 //! - [`txn`]: a transaction's uncommitted rows and locks.
 //! - [`provider`]: DataFusion's view of a row table: key-range scans, INSERT.
 //! - [`dml`]: UPDATE and DELETE of row tables.
+//! - [`convert`]: ALTER TABLE … ADD PRIMARY KEY: a columnar table becomes a row table.
 //! - [`sequence`]: sequences (SERIAL, nextval), reserved in durable blocks.
 //!
 //! Invariants:
@@ -29,6 +30,7 @@
 //! 3. A transaction's row writes reach the KV engine in one batch, which also holds its
 //!    columnar catalog changes: a reader sees all of a transaction or none of it.
 
+pub(crate) mod convert;
 pub(crate) mod dml;
 pub(crate) mod format;
 pub mod index;
@@ -155,6 +157,48 @@ pub(crate) async fn insert(
         index::write_row(tables, def, writes, &key, None, Some((&values, value))).await?;
     }
     Ok(batch.num_rows() as u64)
+}
+
+/// Inserts every row `plan` returns (the table's columns), as one statement: into
+/// `transaction`'s writes, or committed at the end in one batch. `progress` hears of each
+/// batch inserted. Returns how many rows.
+pub(crate) async fn insert_plan(
+    tables: &Tables,
+    def: &TableDef,
+    plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    ctx: Arc<datafusion::execution::TaskContext>,
+    transaction: Option<&Arc<crate::txn::Transaction>>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<u64> {
+    let stream = datafusion::physical_plan::execute_stream(plan, ctx)?;
+    insert_stream(tables, def, stream, transaction, progress).await
+}
+
+/// [`insert_plan`] of the rows of `stream` (INSERT's sink, COPY and import).
+pub(crate) async fn insert_stream(
+    tables: &Tables,
+    def: &TableDef,
+    mut stream: datafusion::execution::SendableRecordBatchStream,
+    transaction: Option<&Arc<crate::txn::Transaction>>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<u64> {
+    use futures::StreamExt;
+    let local = parking_lot::Mutex::new(RowWrites::default());
+    let writes = transaction.map_or(&local, |t| &t.rows);
+    let schema = def.schema();
+    let mut n = 0;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        dml::check_not_null(def, &batch)?;
+        let batch = crate::write::conform(batch, def, &schema)?;
+        n += insert(tables, def, &batch, writes).await?;
+        progress(batch.num_rows() as u64);
+    }
+    if transaction.is_none() {
+        let mut w = local.into_inner();
+        commit(tables, &mut w).await?;
+    }
+    Ok(n)
 }
 
 /// 23505, as PostgreSQL words it.

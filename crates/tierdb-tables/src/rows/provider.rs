@@ -693,7 +693,7 @@ impl DataSink for RowSink {
 
     async fn write_all(
         &self,
-        mut data: SendableRecordBatchStream,
+        data: SendableRecordBatchStream,
         context: &Arc<TaskContext>,
     ) -> DfResult<u64> {
         if self.tables.is_read_only() {
@@ -703,19 +703,7 @@ impl DataSink for RowSink {
             .into());
         }
         let tx = crate::txn::current(context.session_config());
-        let local = parking_lot::Mutex::new(super::RowWrites::default());
-        let writes = tx.as_ref().map_or(&local, |t| &t.rows);
-        let mut n = 0;
-        while let Some(batch) = data.next().await {
-            let batch = batch?;
-            super::dml::check_not_null(&self.def, &batch)?;
-            let batch = crate::write::conform(batch, &self.def, &self.def.schema())?;
-            n += super::insert(&self.tables, &self.def, &batch, writes).await?;
-        }
-        if tx.is_none() {
-            let mut w = local.into_inner();
-            super::commit(&self.tables, &mut w).await?;
-        }
+        let n = super::insert_stream(&self.tables, &self.def, data, tx.as_ref(), &|_| {}).await?;
         Ok(n)
     }
 }

@@ -29,6 +29,29 @@ impl SqlSession {
         if at.if_exists && self.tables.table(&name).await?.is_none() {
             return Ok(());
         }
+        if let [
+            Op::AddConstraint {
+                constraint: datafusion::sql::sqlparser::ast::TableConstraint::PrimaryKey(pk),
+                ..
+            },
+        ] = at.operations.as_slice()
+        {
+            let mut columns = Vec::new();
+            for c in &pk.columns {
+                match &c.column.expr {
+                    SqlExpr::Identifier(id) => columns.push(ident_name(id)),
+                    other => {
+                        return Err(TableError::Unsupported(format!(
+                            "PRIMARY KEY ({other}): keys are columns"
+                        )));
+                    }
+                }
+            }
+            crate::rows::convert::add_primary_key(&self.local_ctx(), &self.tables, &name, columns)
+                .await?;
+            self.schema.refresh().await?;
+            return Ok(());
+        }
         let mut changes = Vec::new();
         for op in &at.operations {
             changes.push(match op {

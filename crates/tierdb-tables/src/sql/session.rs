@@ -683,7 +683,7 @@ impl SqlSession {
     }
 
     /// The session's context without the distributed planner: everything runs here.
-    fn local_ctx(&self) -> SessionContext {
+    pub(super) fn local_ctx(&self) -> SessionContext {
         if !self.distributed {
             return self.ctx.clone();
         }
