@@ -47,8 +47,10 @@ def pg_bindir():
 
 
 @contextlib.contextmanager
-def postgres():
-    """A throwaway PostgreSQL on a free loopback port; yields its port."""
+def postgres(fsync=False, extra=""):
+    """A throwaway PostgreSQL on a free loopback port; yields its port. `fsync`: durable
+    commits (the benchmark's peer); off for the oracle, where only answers count. `extra`:
+    more `-c name=value` server settings."""
     bindir = pg_bindir()
     root = tempfile.mkdtemp(prefix="sqlcheck-pg-")
     data, log = os.path.join(root, "data"), os.path.join(root, "log")
@@ -63,7 +65,8 @@ def postgres():
     subprocess.run(run_as + [f"{bindir}/initdb", "-D", data, "-A", "trust", "-U", "postgres",
                              "--lc-collate=C", "--lc-ctype=C.UTF-8", "--lc-messages=C", "-E", "UTF8"], check=True, capture_output=True)
     subprocess.run(run_as + [f"{bindir}/pg_ctl", "-D", data, "-l", log, "-w", "-o",
-                             f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
+                             f"-p {port} -k {root} -c listen_addresses=127.0.0.1 "
+                             f"-c fsync={'on' if fsync else 'off'} {extra}", "start"],
                    check=True, capture_output=True)
     try:
         wait_port(port, None, "postgres", log)
