@@ -14,8 +14,6 @@
 //! 4. A transaction that wrote rows with the table's old columns cannot commit them after
 //!    the change (40001; `Tables::commit_writes`).
 
-use tierdb_kv::KvWrite;
-
 use crate::catalog::{self, CatalogBatch, ColumnDef, ColumnStats, TableDef};
 use crate::error::{Result, TableError};
 use crate::tables::Tables;
@@ -60,7 +58,7 @@ impl Tables {
                 b.put_segment(def.id, s);
             }
         }
-        kv.commit(b.stamped()).await?;
+        self.commit_catalog(kv, b).await?;
         Ok(())
     }
 }

@@ -472,6 +472,8 @@ pub struct TierSchema {
     views: RwLock<std::collections::HashSet<String>>,
     counters: Arc<ScanCounters>,
     options: RwLock<ScanOptions>,
+    /// [`Tables::generation`] + 1 as of the last listing (0: never listed).
+    listed: AtomicU64,
     /// Where row tables' DEFAULT expressions are planned (built on first use).
     expr_state: std::sync::OnceLock<datafusion::execution::SessionState>,
 }
@@ -485,10 +487,18 @@ impl TierSchema {
             counters,
             options: RwLock::new(ScanOptions::default()),
             expr_state: Default::default(),
+            listed: AtomicU64::new(0),
         }
     }
 
+    /// Lists the catalog's tables and views again, unless this process is the writer and
+    /// has committed no catalog change since the last listing (nobody else can).
     pub async fn refresh(&self) -> crate::Result<()> {
+        let generation = self.tables.generation();
+        let writer = !self.tables.is_read_only();
+        if writer && self.listed.load(Ordering::Acquire) == generation + 1 {
+            return Ok(());
+        }
         let mut names: Vec<String> = self
             .tables
             .tables()
@@ -506,6 +516,8 @@ impl TierSchema {
         names.extend(views.iter().cloned());
         *self.names.write() = names;
         *self.views.write() = views;
+        // generation + 1: 0 means never listed.
+        self.listed.store(generation + 1, Ordering::Release);
         Ok(())
     }
 

@@ -47,6 +47,8 @@ pub struct Tables {
     rows: Arc<crate::rows::locks::RowState>,
     /// Sequence values reserved by this process (`rows/sequence.rs`).
     pub(crate) sequences: crate::rows::sequence::Sequences,
+    /// Catalog commits made by this process (see [`Tables::generation`]).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Tables {
@@ -79,6 +81,7 @@ impl Tables {
             segment_options: SegmentOptions::default(),
             rows: Default::default(),
             sequences: Default::default(),
+            generation: Default::default(),
         }
     }
 
@@ -113,6 +116,26 @@ impl Tables {
 
     pub fn is_read_only(&self) -> bool {
         self.writer.is_none()
+    }
+
+    /// Commits `b` stamped with its time (`Tt`) and counts it in [`Tables::generation`].
+    pub(crate) async fn commit_catalog(
+        &self,
+        kv: &KvDb,
+        b: CatalogBatch,
+    ) -> tierdb_kv::Result<u64> {
+        let r = kv.commit(b.stamped()).await;
+        // Also after a failure: its outcome may be unknown.
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        r
+    }
+
+    /// How many catalog commits this process has made: while it is unchanged (and this
+    /// process is the writer, the only one that commits), the catalog's tables and views
+    /// are the ones read last.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub(crate) fn row_state(&self) -> &Arc<crate::rows::locks::RowState> {
@@ -199,7 +222,7 @@ impl Tables {
         let mut b = CatalogBatch::default();
         b.put_table(&def);
         b.set_next_id(id + 1);
-        kv.commit(b.stamped()).await?;
+        self.commit_catalog(kv, b).await?;
         self.publish_delta(&def, &[]).await;
         Ok(def)
     }
@@ -290,7 +313,7 @@ impl Tables {
                 b.retire(s, now);
             }
         }
-        kv.commit(b.stamped()).await?;
+        self.commit_catalog(kv, b).await?;
         for name in forget {
             self.sequences.forget(&name);
         }
@@ -459,7 +482,7 @@ impl Tables {
                 tierdb_kv::Op::Delete(k) => b.batch.delete(k.clone()),
             };
         }
-        let committed = kv.commit(b.stamped()).await;
+        let committed = self.commit_catalog(kv, b).await;
         for w in &writes {
             self.done_writing(&w.segments);
         }
@@ -585,7 +608,7 @@ impl Tables {
             b.forget_retired(p);
         }
         if !b.batch.is_empty() {
-            kv.commit(b.stamped()).await?;
+            self.commit_catalog(&kv, b).await?;
         }
         Ok(plan)
     }

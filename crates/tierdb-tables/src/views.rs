@@ -19,7 +19,6 @@ use datafusion::sql::sqlparser::ast::{
     Ident, Query, Statement, TableAlias, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut,
 };
 use serde::{Deserialize, Serialize};
-use tierdb_kv::KvWrite;
 
 use crate::catalog::{self, CatalogBatch};
 use crate::error::{Result, TableError};
@@ -85,7 +84,7 @@ impl Tables {
         }
         let mut b = CatalogBatch::default();
         b.put_view(&def);
-        kv.commit(b.stamped()).await?;
+        self.commit_catalog(kv, b).await?;
         Ok(())
     }
 
@@ -104,7 +103,7 @@ impl Tables {
                 }
             }
         }
-        kv.commit(b.stamped()).await?;
+        self.commit_catalog(kv, b).await?;
         Ok(())
     }
 }

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
-use tierdb_kv::KvWrite;
 
 use super::{format, key_columns, row_key, values_of};
 use crate::catalog::{CatalogBatch, TableDef};
@@ -121,7 +120,7 @@ impl Tables {
             rows.retire(s, at);
         }
         rows.put_table(after);
-        kv.commit(rows.stamped()).await?;
+        self.commit_catalog(kv, rows).await?;
         Ok(())
     }
 }

@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use datafusion::common::ScalarValue;
 use serde::{Deserialize, Serialize};
-use tierdb_kv::KvWrite;
 
 use super::{RowWrites, keys};
 use crate::catalog::TableDef;
@@ -286,7 +285,7 @@ impl Tables {
         def.indexes.push(index);
         b.put_table(&def);
         b.set_next_id(id + 1);
-        kv.commit(b.stamped()).await?;
+        self.commit_catalog(kv, b).await?;
         Ok(())
     }
 
@@ -317,7 +316,7 @@ impl Tables {
         }
         def.indexes.retain(|i| i.name != name);
         b.put_table(&def);
-        kv.commit(b.stamped()).await?;
+        self.commit_catalog(kv, b).await?;
         Ok(())
     }
 }

@@ -136,7 +136,7 @@ impl Tables {
         }
         let mut b = crate::catalog::CatalogBatch::default();
         b.put_sequence(&def);
-        kv.commit(b.stamped()).await?;
+        self.commit_catalog(kv, b).await?;
         Ok(())
     }
 
@@ -154,7 +154,7 @@ impl Tables {
             }
             b.delete_sequence(n);
         }
-        kv.commit(b.stamped()).await?;
+        self.commit_catalog(kv, b).await?;
         for n in names {
             self.sequences.forget(n);
         }
