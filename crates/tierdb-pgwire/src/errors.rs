@@ -34,7 +34,7 @@ pub(crate) fn user_error(code: &str, message: String) -> PgWireError {
 }
 
 pub(crate) fn table_error(e: &TableError) -> PgWireError {
-    user_error(e.sqlstate(), e.to_string())
+    user_error(e.sqlstate(), e.message())
 }
 
 pub(crate) fn timed_out() -> PgWireError {

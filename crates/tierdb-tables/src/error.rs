@@ -124,6 +124,27 @@ impl TableError {
     }
 }
 
+impl TableError {
+    /// What a user reads: a tierdb error that a provider or sink raised inside DataFusion
+    /// is shown as itself, without DataFusion's "External error: " in front.
+    pub fn message(&self) -> String {
+        if let TableError::DataFusion(e) = self {
+            let mut e = e;
+            loop {
+                match e {
+                    DataFusionError::External(b) => match b.downcast_ref::<TableError>() {
+                        Some(t) => return t.message(),
+                        None => break,
+                    },
+                    DataFusionError::Shared(s) => e = s.as_ref(),
+                    _ => break,
+                }
+            }
+        }
+        self.to_string()
+    }
+}
+
 /// The tierdb error inside a DataFusion error, if one is (a provider or sink failed).
 fn inner_table_error(e: &DataFusionError) -> Option<&TableError> {
     match e {

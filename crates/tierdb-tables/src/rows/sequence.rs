@@ -249,6 +249,33 @@ impl Tables {
     }
 }
 
+/// `plan` with the session's own sequence functions: row tables' DEFAULTs are planned with
+/// shared ones, and `currval` must see the values the session's INSERTs drew.
+pub fn bind_to_session(
+    plan: datafusion::logical_expr::LogicalPlan,
+    state: &datafusion::execution::SessionState,
+) -> DfResult<datafusion::logical_expr::LogicalPlan> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::logical_expr::Expr;
+    let Some(own) = state.scalar_functions().get("nextval").cloned() else {
+        return Ok(plan);
+    };
+    plan.transform_up_with_subqueries(|node| {
+        node.map_expressions(|e| {
+            e.transform_up(|e| match e {
+                Expr::ScalarFunction(mut f)
+                    if f.func.name() == "nextval" && !Arc::ptr_eq(&f.func, &own) =>
+                {
+                    f.func = own.clone();
+                    Ok(Transformed::yes(Expr::ScalarFunction(f)))
+                }
+                e => Ok(Transformed::no(e)),
+            })
+        })
+    })
+    .map(|t| t.data)
+}
+
 /// The sequence functions of one session (`currval` is the session's last `nextval`).
 pub fn functions(tables: &Arc<Tables>) -> Vec<ScalarUDF> {
     let last = Arc::new(parking_lot::Mutex::new(HashMap::new()));

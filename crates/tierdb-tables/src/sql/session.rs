@@ -512,6 +512,7 @@ impl SqlSession {
         }
         crate::guard::check(stmt)?;
         let plan = state.statement_to_plan(stmt.clone()).await?;
+        let plan = crate::rows::sequence::bind_to_session(plan, &state)?;
         Ok(Some(crate::literals::int4_literals(plan)?))
     }
 
@@ -619,7 +620,9 @@ impl SqlSession {
             None => {
                 self.require_tables(&state, &stmt)?;
                 crate::guard::check(&stmt)?;
-                crate::literals::int4_literals(state.statement_to_plan(stmt).await?)?
+                let plan = state.statement_to_plan(stmt).await?;
+                let plan = crate::rows::sequence::bind_to_session(plan, &state)?;
+                crate::literals::int4_literals(plan)?
             }
         };
         match plan {
