@@ -27,7 +27,9 @@ use crate::cancel::Cancels;
 use crate::copy::CopyIn;
 use crate::encode::{command_tag, encode_rows};
 use crate::errors::{notice, table_error, timed_out, user_error};
-use crate::show::{is_set_or_show, show_replica, show_server_version, statement_timeout};
+use crate::show::{
+    is_set_or_show, show_isolation, show_replica, show_server_version, statement_timeout,
+};
 
 /// A connection's own state: its session and a COPY in progress.
 #[derive(Debug)]
@@ -166,6 +168,21 @@ impl ConnState {
         }
         if let Some(r) = show_replica(&stmt, session.tables()).await {
             return r;
+        }
+        if let Some(r) = show_isolation(&stmt, &session) {
+            return r;
+        }
+        if let Statement::Set(datafusion::sql::sqlparser::ast::Set::SetTransaction {
+            modes,
+            session: characteristics,
+            ..
+        }) = &stmt
+        {
+            session
+                .refuse_if_aborted(kind)
+                .and_then(|()| session.set_transaction_modes(modes, *characteristics))
+                .map_err(|e| table_error(&e))?;
+            return Ok(Response::Execution(Tag::new("SET")));
         }
         if is_set_or_show(&stmt) {
             session

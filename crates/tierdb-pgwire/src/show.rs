@@ -92,6 +92,21 @@ pub(crate) async fn show_replica(
     Some(Ok(one_value(name, value)))
 }
 
+/// `SHOW transaction_isolation` (also `transaction isolation level`) and
+/// `default_transaction_isolation`: the session's levels.
+pub(crate) fn show_isolation(
+    stmt: &Statement,
+    session: &tierdb_tables::sql::SqlSession,
+) -> Option<PgWireResult<Response>> {
+    let name = shown_variable(stmt)?;
+    let value = match name.as_str() {
+        "transaction_isolation" | "transaction.isolation.level" => session.isolation(),
+        "default_transaction_isolation" => session.default_isolation(),
+        _ => return None,
+    };
+    Some(Ok(one_value(name, value.name().to_string())))
+}
+
 /// A one-row, one-column text answer named `name`.
 fn one_value(name: String, value: String) -> Response {
     let fields = Arc::new(vec![FieldInfo::new(

@@ -130,10 +130,15 @@ impl TierTable {
     }
 
     /// The table's segments as the session's transaction (if any) sees them.
-    pub(crate) fn visible(&self, state: &dyn Session) -> Vec<SegmentMeta> {
+    pub(crate) async fn visible(&self, state: &dyn Session) -> crate::Result<Vec<SegmentMeta>> {
         match crate::txn::current(state.config()) {
-            Some(tx) => tx.visible(&self.def, &self.segments),
-            None => self.segments.clone(),
+            Some(tx) => {
+                let committed = tx
+                    .committed(&self.tables, &self.def, &self.segments)
+                    .await?;
+                Ok(tx.visible(&self.def, &committed))
+            }
+            None => Ok(self.segments.clone()),
         }
     }
 
@@ -334,7 +339,7 @@ impl TableProvider for TierTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let segments = self.visible(state);
+        let segments = self.visible(state).await?;
         let df_schema = DFSchema::try_from(self.schema.clone())?;
         let predicate = conjunction(filters.to_vec())
             .map(|p| state.create_physical_expr(p, &df_schema))

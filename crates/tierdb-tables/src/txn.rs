@@ -26,11 +26,88 @@ pub struct Transaction {
     savepoints: Mutex<Vec<(String, usize, usize)>>,
     /// The writes to row tables (`rows/txn.rs`) and the row locks held.
     pub(crate) rows: Mutex<crate::rows::RowWrites>,
+    isolation: Mutex<Isolation>,
+    /// REPEATABLE READ: what every statement reads, taken at the first read.
+    snapshot: Mutex<Option<Arc<Snapshot>>>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("at", &self.reading.at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A transaction's isolation level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Each statement reads the rows committed when it starts (PostgreSQL's default).
+    #[default]
+    ReadCommitted,
+    /// Every statement reads the rows committed when the transaction first read; a row
+    /// another transaction changed since cannot be changed (40001).
+    RepeatableRead,
+}
+
+impl Isolation {
+    /// As `SHOW transaction_isolation` says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read committed",
+            Isolation::RepeatableRead => "repeatable read",
+        }
+    }
+}
+
+/// A REPEATABLE READ transaction's view: the KV engine as of its first read (the catalog,
+/// so columnar tables' segments, and the rows of row tables), and the row commit number
+/// then, kept in the record of recent commits while the transaction lives.
+pub(crate) struct Snapshot {
+    pub(crate) kv: Arc<dyn tierdb_kv::KvRead>,
+    pub(crate) reading: crate::rows::locks::Reading,
 }
 
 impl Transaction {
     pub fn push(&self, w: PendingWrite) {
         self.writes.lock().push(w);
+    }
+
+    pub fn isolation(&self) -> Isolation {
+        *self.isolation.lock()
+    }
+
+    /// Sets the isolation level: only before the transaction's first read (25001).
+    pub fn set_isolation(&self, level: Isolation) -> Result<()> {
+        if self.snapshot.lock().is_some() && level != self.isolation() {
+            return Err(crate::TableError::Transaction {
+                code: "25001",
+                message: "SET TRANSACTION ISOLATION LEVEL must be called before any query".into(),
+            });
+        }
+        *self.isolation.lock() = level;
+        Ok(())
+    }
+
+    /// The snapshot every statement of a REPEATABLE READ transaction reads (taken at the
+    /// first call: the commit number first, so a commit in between is only ever seen as a
+    /// change, never missed); `None` under READ COMMITTED, or through a follower.
+    pub(crate) fn snapshot(&self, tables: &Tables) -> Result<Option<Arc<Snapshot>>> {
+        if self.isolation() != Isolation::RepeatableRead {
+            return Ok(None);
+        }
+        let mut s = self.snapshot.lock();
+        if let Some(s) = &*s {
+            return Ok(Some(s.clone()));
+        }
+        let Ok(writer) = tables.kv_writer() else {
+            return Ok(None);
+        };
+        let reading = tables.row_state().reading();
+        let kv: Arc<dyn tierdb_kv::KvRead> = Arc::new(writer.snapshot()?);
+        let snap = Arc::new(Snapshot { kv, reading });
+        *s = Some(snap.clone());
+        Ok(Some(snap))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -73,6 +150,20 @@ impl Transaction {
         };
         tables.discard(&undone).await;
         Ok(())
+    }
+
+    /// The table's committed segments as this transaction reads them: under REPEATABLE
+    /// READ as of its snapshot, else `latest` (as of the statement's planning).
+    pub(crate) async fn committed(
+        &self,
+        tables: &Tables,
+        def: &TableDef,
+        latest: &[SegmentMeta],
+    ) -> Result<Vec<SegmentMeta>> {
+        match self.snapshot(tables)? {
+            Some(s) => crate::catalog::segments(s.kv.as_ref(), def.id).await,
+            None => Ok(latest.to_vec()),
+        }
     }
 
     /// `committed` (the table's segments as of planning) as this transaction sees them.
@@ -127,11 +218,28 @@ fn find(savepoints: &[(String, usize, usize)], name: &str) -> Result<usize> {
         })
 }
 
-/// The transaction a session is in, if any (a DataFusion config extension).
+/// The transaction a session is in, if any (a DataFusion config extension), and the
+/// isolation level its transactions start with.
 #[derive(Debug, Default)]
-pub struct TxSlot(Mutex<Option<Arc<Transaction>>>);
+pub struct TxSlot(Mutex<Option<Arc<Transaction>>>, Mutex<Isolation>);
 
 impl TxSlot {
+    /// A new transaction at the session's default isolation level.
+    pub fn new_transaction(&self) -> Arc<Transaction> {
+        let tx = Transaction::default();
+        *tx.isolation.lock() = *self.1.lock();
+        Arc::new(tx)
+    }
+
+    pub fn default_isolation(&self) -> Isolation {
+        *self.1.lock()
+    }
+
+    /// `SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL …`.
+    pub fn set_default_isolation(&self, level: Isolation) {
+        *self.1.lock() = level;
+    }
+
     pub fn current(&self) -> Option<Arc<Transaction>> {
         self.0.lock().clone()
     }

@@ -78,11 +78,12 @@ impl RowIdTable {
     }
 
     /// The segment list of this statement: taken at the first scan, the same after.
-    fn take_segments(&self, state: &dyn Session) -> Arc<Vec<SegmentMeta>> {
-        self.segments
-            .lock()
-            .get_or_insert_with(|| Arc::new(self.table.visible(state)))
-            .clone()
+    async fn take_segments(&self, state: &dyn Session) -> crate::Result<Arc<Vec<SegmentMeta>>> {
+        if let Some(s) = &*self.segments.lock() {
+            return Ok(s.clone());
+        }
+        let visible = Arc::new(self.table.visible(state).await?);
+        Ok(self.segments.lock().get_or_insert_with(|| visible).clone())
     }
 }
 
@@ -111,7 +112,7 @@ impl TableProvider for RowIdTable {
         filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let segments = self.take_segments(state);
+        let segments = self.take_segments(state).await?;
         let base = self.table.def().schema();
         let columns = base.fields().len();
         // Only filters on the table's own columns can consult the extent map.

@@ -54,6 +54,11 @@ pub(crate) async fn execute(
         w.attach(&state);
         w.id()
     };
+    // REPEATABLE READ: a row changed since the transaction's snapshot cannot be changed.
+    let repeatable = match &tx {
+        Some(t) => t.snapshot(tables)?.map(|s| s.reading.at),
+        None => None,
+    };
     let mut runs = 0;
     let named = loop {
         runs += 1;
@@ -67,6 +72,17 @@ pub(crate) async fn execute(
         for n in &named {
             state.lock(id, &n.key, &def.name).await?;
             writes.lock().note_locked(&n.key);
+        }
+        if let Some(at) = repeatable {
+            if named.iter().any(|n| state.changed_since(&n.key, at)) {
+                return Err(TableError::Conflict(format!(
+                    "due to concurrent update: a row of {} was changed by a transaction that \
+                     committed after this REPEATABLE READ transaction took its snapshot; \
+                     nothing was changed, roll back and retry",
+                    def.name
+                )));
+            }
+            break named;
         }
         if !named
             .iter()

@@ -19,6 +19,7 @@
 //!    in progress ([`RowState::reading`]); older entries can no longer matter.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
@@ -143,21 +144,25 @@ impl RowState {
 
     /// Starts a read at the current commit number; the record keeps what it may need until
     /// the returned guard is dropped (invariant 4).
-    pub(crate) fn reading(&self) -> Reading<'_> {
+    pub(crate) fn reading(self: &Arc<Self>) -> Reading {
         let mut r = self.recent.lock();
         let at = self.seq();
         *r.reading.entry(at).or_default() += 1;
-        Reading { state: self, at }
+        Reading {
+            state: self.clone(),
+            at,
+        }
     }
 }
 
 /// A read in progress (see [`RowState::reading`]).
-pub(crate) struct Reading<'a> {
-    state: &'a RowState,
+#[derive(Debug)]
+pub(crate) struct Reading {
+    state: Arc<RowState>,
     pub(crate) at: u64,
 }
 
-impl Drop for Reading<'_> {
+impl Drop for Reading {
     fn drop(&mut self) {
         let mut r = self.state.recent.lock();
         if let Some(n) = r.reading.get_mut(&self.at) {
@@ -199,7 +204,6 @@ fn closes_cycle(waits: &HashMap<u64, u64>, tx: u64, holder: u64) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use std::sync::Arc;
 
     #[tokio::test]
     async fn a_second_locker_waits_until_release() {
@@ -237,7 +241,7 @@ mod tests {
 
     #[test]
     fn commits_are_recorded_for_reads_in_progress() {
-        let s = RowState::default();
+        let s = Arc::new(RowState::default());
         let k = Bytes::from_static(b"k");
         let r = s.reading();
         assert!(!s.changed_since(&k, r.at));

@@ -246,10 +246,17 @@ pub(crate) struct RowReader {
 }
 
 impl RowReader {
-    pub(crate) fn new(tables: &Tables, def: &TableDef, writes: Option<&RowWrites>) -> Result<Self> {
-        let view: Arc<dyn KvRead> = match tables.kv_writer() {
-            Ok(w) => Arc::new(w.snapshot()?),
-            Err(_) => tables.reader.clone(),
+    /// `snapshot`: a REPEATABLE READ transaction's; else one is taken for this statement.
+    pub(crate) fn new(
+        tables: &Tables,
+        def: &TableDef,
+        writes: Option<&RowWrites>,
+        snapshot: Option<Arc<dyn KvRead>>,
+    ) -> Result<Self> {
+        let view: Arc<dyn KvRead> = match (snapshot, tables.kv_writer()) {
+            (Some(s), _) => s,
+            (None, Ok(w)) => Arc::new(w.snapshot()?),
+            (None, Err(_)) => tables.reader.clone(),
         };
         let mut overlay = Vec::new();
         if let Some(w) = writes {

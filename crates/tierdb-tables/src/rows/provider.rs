@@ -400,9 +400,13 @@ impl TableProvider for RowTable {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let access = access(&self.def, filters);
         let tx = crate::txn::current(state.config());
+        let snapshot = match &tx {
+            Some(t) => t.snapshot(&self.tables)?.map(|s| s.kv.clone()),
+            None => None,
+        };
         let reader = {
             let rows = tx.as_ref().map(|t| t.rows.lock());
-            RowReader::new(&self.tables, &self.def, rows.as_deref())?
+            RowReader::new(&self.tables, &self.def, rows.as_deref(), snapshot)?
         };
         let projected = project_schema(&self.schema, projection)?;
         Ok(Arc::new(RowScanExec::new(

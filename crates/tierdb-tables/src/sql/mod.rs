@@ -25,6 +25,7 @@ use crate::tables::Tables;
 use crate::txn::TxSlot;
 
 mod ddl;
+mod isolation;
 mod serial;
 mod session;
 

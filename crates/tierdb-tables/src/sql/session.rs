@@ -337,7 +337,7 @@ impl SqlSession {
                 )
             });
         if implicit {
-            self.abort.slot.set(Some(Arc::new(Transaction::default())));
+            self.abort.slot.set(Some(self.abort.slot.new_transaction()));
         }
         Batch { implicit }
     }
@@ -395,7 +395,7 @@ impl SqlSession {
         if self.in_transaction() {
             return;
         }
-        self.abort.slot.set(Some(Arc::new(Transaction::default())));
+        self.abort.slot.set(Some(self.abort.slot.new_transaction()));
         self.abort.clear();
     }
 
@@ -547,6 +547,7 @@ impl SqlSession {
         match kind {
             StatementKind::Begin => {
                 self.begin();
+                self.begin_modes(&stmt)?;
                 return Ok(Outcome::Command("BEGIN".into()));
             }
             StatementKind::Commit => {
@@ -567,6 +568,9 @@ impl SqlSession {
                 return Ok(Outcome::Command(format!("VACUUM {}", plan.delete.len())));
             }
             _ => {}
+        }
+        if let Some(outcome) = self.set_transaction(&stmt)? {
+            return Ok(outcome);
         }
         self.schema.refresh().await?;
         if let Some(outcome) = self.drop_or_truncate(&stmt).await? {
