@@ -202,6 +202,7 @@ async fn apply(
                 None => super::committed_row(tables, &key).await?.is_some(),
             };
             if exists {
+                writes.lock().unlock_unwritten(&key);
                 return Err(super::duplicate(def, &key_cols, &values));
             }
         }

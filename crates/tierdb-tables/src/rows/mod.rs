@@ -152,6 +152,7 @@ pub(crate) async fn insert(
             None => committed_row(tables, &key).await?.is_some(),
         };
         if exists {
+            writes.lock().unlock_unwritten(&key);
             return Err(duplicate(def, &key_cols, &values));
         }
         index::write_row(tables, def, writes, &key, None, Some((&values, value))).await?;

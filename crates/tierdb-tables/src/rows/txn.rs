@@ -79,6 +79,21 @@ impl RowWrites {
         self.tables.values().map(|(n, id, ix)| (n, id, ix))
     }
 
+    /// Gives up the lock on `key` if this transaction never wrote it (a statement that
+    /// locked a key, then failed on it: an INSERT of a duplicate key), as PostgreSQL holds
+    /// no lock for a row it did not change.
+    pub(crate) fn unlock_unwritten(&mut self, key: &Bytes) {
+        if self.writes.contains_key(key) {
+            return;
+        }
+        if let Some(i) = self.locked.iter().position(|k| k == key) {
+            self.locked.swap_remove(i);
+            if let Some(s) = &self.state {
+                s.release(self.id, std::slice::from_ref(key));
+            }
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
