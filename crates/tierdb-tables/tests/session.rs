@@ -97,15 +97,24 @@ async fn a_failed_or_abandoned_statement_aborts_the_transaction() {
         !s.is_aborted(),
         "an unpolled future did no work and is not a failure"
     );
-    let run = Box::pin(s.execute_outcome(stmt("INSERT INTO t VALUES (1)"), None));
+    // Mid-way for sure: waiting for a row lock another session holds.
+    let other = e.new_session();
+    other
+        .sql("CREATE TABLE r (id INT NOT NULL, PRIMARY KEY (id)); INSERT INTO r VALUES (1)")
+        .await
+        .unwrap();
+    other.sql("BEGIN").await.unwrap();
+    other.sql("DELETE FROM r WHERE id = 1").await.unwrap();
+    let run = Box::pin(s.execute_outcome(stmt("DELETE FROM r WHERE id = 1"), None));
     let mut run = run;
-    let _ = futures::poll!(&mut run);
+    assert!(futures::poll!(&mut run).is_pending());
     drop(run);
     assert!(
         s.is_aborted(),
         "a statement dropped mid-way aborts the transaction"
     );
     s.sql("ROLLBACK").await.unwrap();
+    other.sql("ROLLBACK").await.unwrap();
 
     // Its rows fail while they stream: integer overflow in the third row.
     s.sql("BEGIN").await.unwrap();

@@ -16,6 +16,7 @@
 //! - [`txn`]: a transaction's uncommitted rows and locks.
 //! - [`provider`]: DataFusion's view of a row table: key-range scans, INSERT.
 //! - [`dml`]: UPDATE and DELETE of row tables.
+//! - [`fast`]: the short path of primary-key lookups (one KV read, no DataFusion plan).
 //! - [`convert`]: ALTER TABLE … ADD PRIMARY KEY: a columnar table becomes a row table.
 //! - [`sequence`]: sequences (SERIAL, nextval), reserved in durable blocks.
 //!
@@ -32,6 +33,7 @@
 
 pub(crate) mod convert;
 pub(crate) mod dml;
+pub(crate) mod fast;
 pub(crate) mod format;
 pub mod index;
 pub(crate) mod keys;

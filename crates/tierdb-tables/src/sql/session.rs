@@ -147,19 +147,39 @@ impl Outcome {
 /// transaction, as any failed statement does (rule 3 of [`SqlSession`]).
 #[derive(Debug)]
 pub struct Rows {
-    df: DataFrame,
+    source: Source,
     abort: Abort,
+}
+
+/// Where a query's rows come from.
+#[derive(Debug)]
+enum Source {
+    /// A DataFusion plan, run as the rows are read.
+    Plan(DataFrame),
+    /// Rows read already (a key lookup's: `rows/fast.rs`).
+    Ready(datafusion::common::DFSchemaRef, Vec<RecordBatch>),
 }
 
 impl Rows {
     pub fn schema(&self) -> &DFSchema {
-        self.df.schema()
+        match &self.source {
+            Source::Plan(df) => df.schema(),
+            Source::Ready(schema, _) => schema,
+        }
     }
 
     /// The rows as a stream.
     pub async fn execute_stream(self) -> Result<SendableRecordBatchStream> {
+        let df = match self.source {
+            Source::Plan(df) => df,
+            Source::Ready(schema, batches) => {
+                let schema = Arc::new(schema.as_arrow().clone());
+                let rows = futures::stream::iter(batches.into_iter().map(Ok));
+                return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)));
+            }
+        };
         let mut guard = FailUnlessDone(Some(&self.abort));
-        let stream = self.df.execute_stream().await?;
+        let stream = df.execute_stream().await?;
         guard.0 = None; // started: errors from here on are the stream's (below)
         let abort = self.abort.clone();
         let schema = stream.schema();
@@ -510,6 +530,9 @@ impl SqlSession {
         if crate::dml::is_update_or_delete(stmt) {
             return Ok(Some(crate::dml::plan(&state, &self.tables, stmt).await?));
         }
+        if let Some(lookup) = crate::rows::fast::plan(&self.tables, stmt).await? {
+            return Ok(Some(lookup));
+        }
         crate::guard::check(stmt)?;
         let plan = state.statement_to_plan(stmt.clone()).await?;
         let plan = crate::rows::sequence::bind_to_session(plan, &state)?;
@@ -621,6 +644,11 @@ impl SqlSession {
         let state = self.ctx.state();
         let plan = match plan {
             Some(p) => p,
+            None if keys.is_none()
+                && let Some(p) = crate::rows::fast::plan(&self.tables, &stmt).await? =>
+            {
+                p
+            }
             None => {
                 self.require_tables(&state, &stmt)?;
                 crate::guard::check(&stmt)?;
@@ -629,6 +657,15 @@ impl SqlSession {
                 crate::literals::int4_literals(plan)?
             }
         };
+        if let Some(lookup) = crate::rows::fast::as_lookup(&plan) {
+            let tx = self.abort.slot.current();
+            let (schema, batches) =
+                crate::rows::fast::run(&self.tables, lookup, tx.as_ref()).await?;
+            return Ok(Outcome::Rows(Rows {
+                source: Source::Ready(schema, batches),
+                abort: self.abort.clone(),
+            }));
+        }
         match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
                 let (order, part) = keys.unwrap_or((None, None));
@@ -671,7 +708,7 @@ impl SqlSession {
             plan => {
                 self.measure_join_inputs(&plan).await;
                 Ok(Outcome::Rows(Rows {
-                    df: self.exec_ctx().execute_logical_plan(plan).await?,
+                    source: Source::Plan(self.exec_ctx().execute_logical_plan(plan).await?),
                     abort: self.abort.clone(),
                 }))
             }
