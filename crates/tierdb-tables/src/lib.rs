@@ -11,6 +11,7 @@
 //! - [`alter`]: ALTER TABLE (rename, add and drop columns) as catalog-only commits.
 //! - [`joinorder`]: a join-reordering rule for star joins.
 //! - [`checked`]: integer arithmetic that fails on overflow, `sum(bigint)` as numeric.
+//! - [`inlist`]: IN-lists written out where DataFusion's list algebra ignores NULLs.
 //! - [`literals`]: integer literals as int4 where they fit, as PostgreSQL types them.
 //! - [`rows`]: row tables (a PRIMARY KEY): rows in the KV engine, by key, with row locks.
 //! - [`txn`]: transactions (BEGIN … COMMIT) and what their statements see.
@@ -31,6 +32,7 @@ pub mod error;
 pub mod fuzzing;
 mod guard;
 pub mod import;
+pub mod inlist;
 pub mod joinorder;
 pub mod literals;
 pub mod parsefix;

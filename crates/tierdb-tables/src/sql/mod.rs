@@ -159,6 +159,8 @@ impl SqlEngine {
         // PostgreSQL's arithmetic: integer overflow fails, sum(bigint) is numeric (`checked.rs`).
         let mut analyzer = datafusion::optimizer::Analyzer::new().rules;
         analyzer.push(Arc::new(crate::checked::CheckedArithmetic::default()));
+        // Three-valued logic the simplifier's IN-list algebra would lose (`inlist.rs`).
+        analyzer.push(Arc::new(crate::inlist::NullSafeInLists));
         let mut state = datafusion::execution::SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
