@@ -11,8 +11,8 @@
 //! NULL)` is `x = a OR x = NULL`): exactly the same answers, and nothing for those rules to
 //! match. The simplifier's own rules make IN-lists again only of non-NULL equalities
 //! (`x = 1 OR x = 2`), where its algebra is right. Lists longer than [`MAX_ITEMS`] are left
-//! alone (a tree that deep costs more than the rare wrong answer it avoids; counted as a
-//! limit in docs).
+//! alone (a known limit: such a negated list combined with another under OR can still be
+//! simplified wrongly).
 
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
