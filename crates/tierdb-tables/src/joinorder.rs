@@ -106,7 +106,17 @@ impl OptimizerRule for JoinReorder {
                 _ => return Ok(Transformed::no(plan)),
             }
         }
-        let info: Vec<(f64, f64)> = leaves.iter().map(|l| estimate(l, &self.cards)).collect();
+        let info: Vec<Input> = leaves
+            .iter()
+            .map(|l| {
+                let (rows, selectivity) = estimate(l, &self.cards);
+                Input {
+                    rows,
+                    selectivity,
+                    name: tie_breaker(l),
+                }
+            })
+            .collect();
         let Some(order) = choose_order(&info, &pairs) else {
             return Ok(Transformed::no(plan));
         };
@@ -204,12 +214,40 @@ fn owner(leaves: &[LogicalPlan], e: &Expr) -> Option<usize> {
     found
 }
 
+/// What the order is chosen by, for one join input.
+struct Input {
+    rows: f64,
+    selectivity: f64,
+    /// Decides ties, so that the order depends on the inputs and not on where they stand:
+    /// the rebuilt tree lists them in another order, and an order that flipped on ties
+    /// made the rule rebuild its own output without end (TPC-DS Q44: two identical
+    /// subqueries joined with the same table twice grew the planner to 20 GB).
+    name: String,
+}
+
+/// The qualified output columns of a join input: distinct for distinct inputs of one join
+/// (the same table twice has two aliases).
+fn tie_breaker(plan: &LogicalPlan) -> String {
+    plan.schema()
+        .columns()
+        .iter()
+        .map(|c| c.flat_name())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The greedy order: the largest input, then repeatedly the connected input with the
-/// fewest estimated rows relative to its size (most selective), smaller size on ties.
-/// `None` if the inputs are not all connected.
-fn choose_order(info: &[(f64, f64)], pairs: &[(usize, usize, Expr, Expr)]) -> Option<Vec<usize>> {
+/// fewest estimated rows relative to its size (most selective), smaller size on ties, then
+/// the name. `None` if the inputs are not all connected. A function of the inputs as a set:
+/// the same inputs in any positions give the same sequence of inputs.
+fn choose_order(info: &[Input], pairs: &[(usize, usize, Expr, Expr)]) -> Option<Vec<usize>> {
     let n = info.len();
-    let first = (0..n).max_by(|&a, &b| info[a].0.total_cmp(&info[b].0))?;
+    let first = (0..n).max_by(|&a, &b| {
+        info[a]
+            .rows
+            .total_cmp(&info[b].rows)
+            .then_with(|| info[b].name.cmp(&info[a].name))
+    })?;
     let mut order = vec![first];
     let mut joined: HashSet<usize> = HashSet::from([first]);
     while order.len() < n {
@@ -222,9 +260,10 @@ fn choose_order(info: &[(f64, f64)], pairs: &[(usize, usize, Expr, Expr)]) -> Op
             })
             .min_by(|&a, &b| {
                 info[a]
-                    .1
-                    .total_cmp(&info[b].1)
-                    .then(info[a].0.total_cmp(&info[b].0))
+                    .selectivity
+                    .total_cmp(&info[b].selectivity)
+                    .then(info[a].rows.total_cmp(&info[b].rows))
+                    .then_with(|| info[a].name.cmp(&info[b].name))
             })?;
         order.push(next);
         joined.insert(next);

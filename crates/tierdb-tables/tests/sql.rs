@@ -312,6 +312,58 @@ async fn join_order_follows_measured_dimension_counts() {
     assert_eq!(innermost(&plan[0][1]), "wide", "{}", plan[0][1]);
 }
 
+/// TPC-DS Q44's shape: two alike subqueries and the same table twice, joined in a ring. The
+/// inputs tie on every estimate; when ties were decided by position the rule reordered its
+/// own output again and again, and planning grew the server to all of the machine's memory.
+/// Planning must end, with the answer worked out here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_of_tied_inputs_is_reordered_once() {
+    let (e, _) = engine(1 << 20).await;
+    e.sql(
+        "CREATE TABLE sales (item INT NOT NULL, store INT NOT NULL, profit BIGINT NOT NULL);
+         CREATE TABLE item (i_sk INT NOT NULL, i_name VARCHAR NOT NULL);
+         INSERT INTO item SELECT CAST(value AS INT), 'n' || value FROM generate_series(1, 30);
+         INSERT INTO sales SELECT CAST(value % 30 + 1 AS INT), 2, (value % 30 + 1) * 10
+           FROM generate_series(0, 299)",
+    )
+    .await
+    .unwrap();
+    let ranked = |dir: &str| {
+        format!(
+            "(SELECT * FROM (SELECT item_sk, rank() OVER (ORDER BY rank_col {dir}) rnk FROM \
+               (SELECT item item_sk, avg(profit) rank_col FROM sales WHERE store = 2 GROUP BY item \
+                HAVING avg(profit) > 0.9 * (SELECT avg(profit) FROM sales WHERE store = 2)) v) w \
+             WHERE rnk < 11)"
+        )
+    };
+    let q = format!(
+        "SELECT a.rnk, i1.i_name best, i2.i_name worst FROM {} a, {} d, item i1, item i2 \
+         WHERE a.rnk = d.rnk AND i1.i_sk = a.item_sk AND i2.i_sk = d.item_sk ORDER BY a.rnk",
+        ranked("ASC"),
+        ranked("DESC")
+    );
+    let planned = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        rows(&e, &format!("EXPLAIN {q}")),
+    )
+    .await
+    .expect("planning ends");
+    let logical = &planned[0][1];
+    assert!(logical.matches("Inner Join").count() == 3, "{logical}");
+    // avg(profit) per item is item*10; 0.9 * the mean (155) keeps items 14..30: ascending
+    // ranks 1..10 are items 14..23, descending ranks 1..10 items 30..21.
+    let expected: Vec<Vec<String>> = (1..=10)
+        .map(|k| {
+            vec![
+                k.to_string(),
+                format!("n{}", 13 + k),
+                format!("n{}", 31 - k),
+            ]
+        })
+        .collect();
+    assert_eq!(rows(&e, &q).await, expected);
+}
+
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, bytes).unwrap();
