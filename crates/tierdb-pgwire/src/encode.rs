@@ -64,6 +64,21 @@ fn declared(info: FieldInfo, field: &datafusion::arrow::datatypes::Field) -> Fie
     .with_type_modifier(len + 4)
 }
 
+/// The rows of one batch, up to and including the first error. arrow-pg's row iterator
+/// does not advance past a value it cannot encode: it yields that error again forever, and
+/// collecting it grew the server to all of the machine's memory (TPC-DS Q21).
+fn rows_until_error<T>(rows: impl Iterator<Item = PgWireResult<T>>) -> Vec<PgWireResult<T>> {
+    let mut out = Vec::new();
+    for row in rows {
+        let failed = row.is_err();
+        out.push(row);
+        if failed {
+            break;
+        }
+    }
+    out
+}
+
 /// A query's rows, encoded as the client asked (text or binary per column), computed as
 /// they are sent; past the statement timeout, or on a CancelRequest, the stream ends with
 /// SQLSTATE 57014 (and the query's stream is dropped: DataFusion stops).
@@ -79,7 +94,7 @@ pub(crate) fn encode_rows(
         .map(move |batch| match batch {
             Ok(b) => {
                 let b = as_pg_text(in_time_zone(b, &time_zone), &fields);
-                futures::stream::iter(encode_recordbatch(fields.clone(), b).collect::<Vec<_>>())
+                futures::stream::iter(rows_until_error(encode_recordbatch(fields.clone(), b)))
             }
             Err(e) => futures::stream::iter(vec![Err(table_error(&TableError::from(e)))]),
         })
@@ -258,6 +273,21 @@ mod tests {
         assert_eq!(tag("DELETE 0"), "DELETE 0");
         assert_eq!(tag("CREATE TABLE"), "CREATE TABLE");
         assert_eq!(tag("DROP TABLE (did not exist)"), "DROP TABLE");
+    }
+
+    #[test]
+    fn an_encoding_error_ends_the_rows() {
+        let err = || pgwire::error::PgWireError::ApiError("cannot encode".into());
+        // What arrow-pg does on a value it cannot encode: the same error, forever.
+        let mut n = 0;
+        let rows = std::iter::from_fn(move || {
+            n += 1;
+            Some(if n < 3 { Ok(n) } else { Err(err()) })
+        });
+        let out = rows_until_error(rows);
+        assert_eq!(out.len(), 3);
+        assert!(matches!(out[..2], [Ok(1), Ok(2)]));
+        assert!(out[2].is_err());
     }
 
     #[test]
