@@ -37,6 +37,8 @@ use crate::simple::rolls_back_to_savepoint;
 pub struct Prepared {
     stmt: Statement,
     plan: Option<LogicalPlan>,
+    /// The columns it returns, as its rows will have them (`SqlSession::described_schema`).
+    schema: Option<datafusion::common::DFSchemaRef>,
     /// The parameters the client binds (`$1`…`$n` in its query string).
     params: usize,
 }
@@ -77,9 +79,11 @@ impl QueryParser for ConnState {
                         .await
                         .map_err(|e| table_error(&e))?
                 };
+                let schema = plan.as_ref().map(|p| session.described_schema(p));
                 Ok(Some(Prepared {
                     stmt,
                     plan,
+                    schema,
                     params: declared_parameters(sql),
                 }))
             })
@@ -121,12 +125,12 @@ impl QueryParser for ConnState {
         // UPDATE and DELETE are planned as the query that names their rows (tierdb-tables'
         // `dml`), but answer with a command tag and no rows (NoData).
         let changes_rows = matches!(stmt.stmt, Statement::Update(_) | Statement::Delete(_));
-        match &stmt.plan {
-            Some(plan)
+        match (&stmt.plan, &stmt.schema) {
+            (Some(plan), Some(schema))
                 if !changes_rows && !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_)) =>
             {
                 crate::encode::describe(
-                    plan.schema().as_arrow(),
+                    schema.as_arrow(),
                     column_format.unwrap_or(&Format::UnifiedText),
                     None,
                 )

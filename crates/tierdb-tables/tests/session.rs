@@ -145,3 +145,54 @@ async fn a_failed_or_abandoned_statement_aborts_the_transaction() {
     assert!(r.is_err() && s.is_aborted());
     s.sql("ROLLBACK").await.unwrap();
 }
+
+/// The column types a client is told (RowDescription from `Rows::schema`, Describe from
+/// `described_schema` at Parse) are the types of the rows that follow. Type coercion
+/// changed them after planning: `sum(CASE WHEN … THEN int_col ELSE 0 END)` was described as
+/// BIGINT and computed as NUMERIC, and every client failed to read it (TPC-DS Q21).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn described_column_types_are_the_types_of_the_rows() {
+    let (e, _) = common::engine(1000).await;
+    let s = e.new_session();
+    s.sql(
+        "CREATE TABLE t (a INT, b INT, c BIGINT, d DECIMAL(7,2), f DOUBLE);
+         INSERT INTO t VALUES (1, 2, 3, 1.50, 0.5), (-1, 5, 6, 2.25, 1.5), (NULL, NULL, NULL, NULL, NULL)",
+    )
+    .await
+    .unwrap();
+    let queries = [
+        "SELECT sum(CASE WHEN a > 0 THEN b ELSE 0 END) FROM t",
+        "SELECT * FROM (SELECT sum(CASE WHEN a > 0 THEN b ELSE 0 END) s, sum(b) s2 FROM t GROUP BY a) x \
+         WHERE (CASE WHEN s > 0 THEN s2 / s ELSE NULL END) BETWEEN 0.5 AND 3",
+        "SELECT (SELECT sum(c) FROM t), (SELECT sum(a) FROM t)",
+        "SELECT sum(c) + 1, sum(a) * 2, avg(d), sum(d), coalesce(a, c) FROM t GROUP BY a, c",
+        "SELECT CASE WHEN a > 0 THEN c ELSE d END, a + c, b * 1.5, f + a FROM t",
+        "SELECT a FROM t UNION ALL SELECT c FROM t",
+        "SELECT sum(x) FROM (SELECT CASE WHEN a IS NULL THEN 0 ELSE a END x FROM t) y",
+    ];
+    for q in queries {
+        let prepared = s.plan(&stmt(q)).await.unwrap().unwrap();
+        let described = s.described_schema(&prepared);
+        let Outcome::Rows(rows) = s.execute_outcome(stmt(q), None).await.unwrap() else {
+            panic!("{q}: no rows");
+        };
+        let told = rows.schema().as_arrow().clone();
+        let batches = rows.collect().await.unwrap();
+        let types = |schema: &datafusion::arrow::datatypes::Schema| {
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect::<Vec<_>>()
+        };
+        for b in &batches {
+            assert_eq!(types(&told), types(&b.schema()), "RowDescription of {q}");
+            assert_eq!(
+                types(described.as_arrow()),
+                types(&b.schema()),
+                "Describe of {q}"
+            );
+        }
+        assert!(!batches.is_empty(), "{q}");
+    }
+}

@@ -496,6 +496,18 @@ impl SqlSession {
         .await
     }
 
+    /// The columns a planned query returns, as its rows will have them: the plan's own
+    /// schema is the one from before type coercion, which can change a type (`sum` of a
+    /// `CASE … ELSE 0` over an INT column is BIGINT before, NUMERIC after), and a client told
+    /// the other type cannot read the rows. The plan's own schema if it cannot be analyzed
+    /// yet (a parameter whose type is not known until Bind).
+    pub fn described_schema(&self, plan: &LogicalPlan) -> datafusion::common::DFSchemaRef {
+        match analyzed(&self.ctx.state(), plan.clone()) {
+            Ok(p) => p.schema().clone(),
+            Err(_) => plan.schema().clone(),
+        }
+    }
+
     /// Fails with 25P02 in an aborted transaction, unless `kind` ends it.
     pub fn refuse_if_aborted(&self, kind: StatementKind) -> Result<()> {
         if self.is_aborted()
@@ -707,8 +719,10 @@ impl SqlSession {
             }
             plan => {
                 self.measure_join_inputs(&plan).await;
+                let ctx = self.exec_ctx();
+                let plan = analyzed(&ctx.state(), plan)?;
                 Ok(Outcome::Rows(Rows {
-                    source: Source::Plan(self.exec_ctx().execute_logical_plan(plan).await?),
+                    source: Source::Plan(ctx.execute_logical_plan(plan).await?),
                     abort: self.abort.clone(),
                 }))
             }
@@ -849,4 +863,13 @@ pub(super) fn inserted(batches: &[RecordBatch]) -> u64 {
                 .map(|a| a.value(0))
         })
         .unwrap_or(0)
+}
+
+/// `plan` after the session's analyzer rules (type coercion, tierdb's checked arithmetic
+/// and numeric sums): the types its rows will have. Running the query analyzes it again,
+/// which changes nothing more.
+fn analyzed(state: &datafusion::execution::SessionState, plan: LogicalPlan) -> Result<LogicalPlan> {
+    Ok(state
+        .analyzer()
+        .execute_and_check(plan, state.config_options(), |_, _| {})?)
 }
