@@ -20,6 +20,7 @@
 //!   text forms of timestamps and BYTEA).
 
 pub mod alter;
+pub mod bpchar;
 pub mod catalog;
 pub mod checked;
 pub mod checksum;

@@ -158,6 +158,13 @@ impl SqlEngine {
         let runtime = runtime_env(options)?;
         // PostgreSQL's arithmetic: integer overflow fails, sum(bigint) is numeric (`checked.rs`).
         let mut analyzer = datafusion::optimizer::Analyzer::new().rules;
+        // CHAR(n)'s trailing spaces are insignificant (`bpchar.rs`): before type coercion,
+        // which would wrap the literals it pads in casts.
+        let at = analyzer
+            .iter()
+            .position(|r| r.name() == "type_coercion")
+            .unwrap_or(0);
+        analyzer.insert(at, Arc::new(crate::bpchar::CharSemantics));
         analyzer.push(Arc::new(crate::checked::CheckedArithmetic::default()));
         // Three-valued logic the simplifier's IN-list algebra would lose (`inlist.rs`).
         analyzer.push(Arc::new(crate::inlist::NullSafeInLists));
