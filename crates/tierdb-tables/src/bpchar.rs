@@ -21,6 +21,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::{AggregateFunction, InList, Like, Sort, WindowFunction};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use datafusion::optimizer::AnalyzerRule;
 
@@ -54,13 +55,15 @@ fn rewrite_node(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
         node,
         LogicalPlan::Projection(_) | LogicalPlan::Aggregate(_) | LogicalPlan::Sort(_)
     );
+    // Output columns keep their names (`sum(CASE WHEN d = 'Sunday' …)` stays that even with
+    // the literal padded): the nodes above refer to them by name.
+    let names = NamePreserver::new(&node);
     let rewritten = node.map_expressions(|e| {
-        let out = if keeps_bare && is_bare(&e) {
-            e
-        } else {
-            fix(e, &schema)?
-        };
-        Ok(Transformed::yes(out))
+        if keeps_bare && is_bare(&e) {
+            return Ok(Transformed::no(e));
+        }
+        let name = names.save(&e);
+        Ok(Transformed::yes(name.restore(fix(e, &schema)?)))
     })?;
     // Re-derive the schema: a rewritten expression can have another type or name.
     Ok(Transformed::yes(rewritten.data.recompute_schema()?))
@@ -69,7 +72,8 @@ fn rewrite_node(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
 /// A column, possibly renamed: its padded value is what PostgreSQL shows.
 fn is_bare(e: &Expr) -> bool {
     match e {
-        Expr::Column(_) => true,
+        // ROLLUP, CUBE, GROUPING SETS: of columns, as grouping keys.
+        Expr::Column(_) | Expr::GroupingSet(_) => true,
         Expr::Alias(a) => is_bare(&a.expr),
         _ => false,
     }
@@ -77,11 +81,15 @@ fn is_bare(e: &Expr) -> bool {
 
 /// `n` if `e` is a column declared CHAR(n).
 fn char_len(e: &Expr, schema: &DFSchema) -> Option<usize> {
-    let Expr::Column(c) = e else {
-        return None;
+    let declared = match e {
+        Expr::Column(c) => {
+            let (_, field) = schema.qualified_field_from_column(c).ok()?;
+            field.metadata().get(DECLARED_TYPE)?.clone()
+        }
+        // A correlated subquery's reference to its outer query's column.
+        Expr::OuterReferenceColumn(field, _) => field.metadata().get(DECLARED_TYPE)?.clone(),
+        _ => return None,
     };
-    let (_, field) = schema.qualified_field_from_column(c).ok()?;
-    let declared = field.metadata().get(DECLARED_TYPE)?;
     declared
         .strip_prefix("CHAR(")?
         .strip_suffix(')')?
@@ -225,7 +233,10 @@ fn fix(e: Expr, schema: &DFSchema) -> Result<Expr> {
             a.expr = Box::new(fix(*a.expr, schema)?);
             Ok(Expr::Alias(a))
         }
-        Expr::Column(_) | Expr::Literal(..) => Ok(e),
+        Expr::Column(_)
+        | Expr::OuterReferenceColumn(..)
+        | Expr::Literal(..)
+        | Expr::GroupingSet(_) => Ok(e),
         // Subqueries are plans of their own (rewritten as nodes); everything else uses its
         // operands as text.
         other => other

@@ -38,6 +38,8 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 
+use crate::castinput::{CastGroupsInput, CastInput};
+
 /// `tierdb_checked_add|sub|mul(a, b)`: integer `a op b`, an error on overflow.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct CheckedOp {
@@ -200,12 +202,19 @@ impl CheckedArithmetic {
     }
 }
 
-/// `sum` as PostgreSQL types it: over BIGINT the sum is NUMERIC (here DECIMAL(38,0)),
-/// which does not wrap where a 64-bit sum would. DataFusion's `sum` with one change, in
-/// `coerce_types`: a BIGINT argument is cast to DECIMAL(38,0) first (type coercion inserts
-/// the cast). Types are worked out through `coerce_types` when a statement is planned, so
-/// the column type a client is told at Parse is the type the rows have; a worker runs
-/// DataFusion's own `sum` over the cast column.
+/// `sum` as PostgreSQL types it: over SMALLINT and INT the sum is BIGINT, over BIGINT it
+/// is NUMERIC (here DECIMAL(38,0)), which does not wrap where a 64-bit sum would.
+/// DataFusion's `sum` with two changes:
+///
+/// - `coerce_types`: a BIGINT argument is cast to DECIMAL(38,0) first (type coercion
+///   inserts the cast), REAL to DOUBLE; SMALLINT and INT are left as they are;
+/// - SMALLINT and INT rows are cast to BIGINT inside the accumulator ([`CastInput`]),
+///   not by a cast in the plan: a plan analyzed twice (a query is, once to describe its
+///   columns and once to run it) would take that BIGINT cast for a BIGINT column.
+///
+/// `coerce_types` is idempotent, so the types a client is told at Parse are the types the
+/// rows have; a worker runs DataFusion's own `sum`, which types SMALLINT, INT and the cast
+/// DECIMAL the same way.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct SumAsNumeric {
     inner: Arc<AggregateUDF>,
@@ -221,14 +230,19 @@ impl SumAsNumeric {
     }
 }
 
-/// The type `sum` accumulates a value of type `t` in (see [`SumAsNumeric`]).
+/// The type `sum` is given a value of type `t` in, after type coercion (see
+/// [`SumAsNumeric`]). `sum_input(sum_input(t)) == sum_input(t)`.
 fn sum_input(t: &DataType) -> Result<DataType> {
     Ok(match t {
         DataType::Int64 => DataType::Decimal128(38, 0),
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Null => DataType::Int64,
-        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
-            DataType::UInt64
-        }
+        DataType::Null => DataType::Int64,
+        t @ (DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64) => t.clone(),
         DataType::Float16 | DataType::Float32 | DataType::Float64 => DataType::Float64,
         DataType::Dictionary(_, v) => return sum_input(v),
         t @ (DataType::Decimal32(..)
@@ -245,6 +259,26 @@ fn sum_input(t: &DataType) -> Result<DataType> {
     })
 }
 
+/// The type DataFusion's `sum` accumulates a coerced input in: BIGINT for the narrow
+/// integers it is not given cast (`None`: the input is that type already).
+fn widened(t: &DataType) -> Option<DataType> {
+    match t {
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => Some(DataType::Int64),
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => Some(DataType::UInt64),
+        _ => None,
+    }
+}
+
+fn widened_fields(fields: &[FieldRef]) -> Vec<FieldRef> {
+    fields
+        .iter()
+        .map(|f| match widened(f.data_type()) {
+            Some(t) => Arc::new(f.as_ref().clone().with_data_type(t)),
+            None => f.clone(),
+        })
+        .collect()
+}
+
 impl AggregateUDFImpl for SumAsNumeric {
     fn name(&self) -> &str {
         self.inner.name()
@@ -259,11 +293,15 @@ impl AggregateUDFImpl for SumAsNumeric {
     }
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        self.inner.return_type(arg_types)
+        let types: Vec<DataType> = arg_types
+            .iter()
+            .map(|t| widened(t).unwrap_or_else(|| t.clone()))
+            .collect();
+        self.inner.return_type(&types)
     }
 
     fn return_field(&self, arg_fields: &[FieldRef]) -> Result<FieldRef> {
-        self.inner.return_field(arg_fields)
+        self.inner.return_field(&widened_fields(arg_fields))
     }
 
     fn is_nullable(&self) -> bool {
@@ -271,7 +309,19 @@ impl AggregateUDFImpl for SumAsNumeric {
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        self.inner.accumulator(args)
+        let cast_to = args
+            .expr_fields
+            .first()
+            .and_then(|f| widened(f.data_type()));
+        let fields = widened_fields(args.expr_fields);
+        let inner = self.inner.accumulator(AccumulatorArgs {
+            expr_fields: &fields,
+            ..args
+        })?;
+        Ok(match cast_to {
+            Some(to) => Box::new(CastInput { inner, to }),
+            None => inner,
+        })
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
@@ -286,11 +336,35 @@ impl AggregateUDFImpl for SumAsNumeric {
         &self,
         args: AccumulatorArgs,
     ) -> Result<Box<dyn GroupsAccumulator>> {
-        self.inner.create_groups_accumulator(args)
+        let cast_to = args
+            .expr_fields
+            .first()
+            .and_then(|f| widened(f.data_type()));
+        let fields = widened_fields(args.expr_fields);
+        let inner = self.inner.create_groups_accumulator(AccumulatorArgs {
+            expr_fields: &fields,
+            ..args
+        })?;
+        Ok(match cast_to {
+            Some(to) => Box::new(CastGroupsInput { inner, to }),
+            None => inner,
+        })
     }
 
     fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        self.inner.create_sliding_accumulator(args)
+        let cast_to = args
+            .expr_fields
+            .first()
+            .and_then(|f| widened(f.data_type()));
+        let fields = widened_fields(args.expr_fields);
+        let inner = self.inner.create_sliding_accumulator(AccumulatorArgs {
+            expr_fields: &fields,
+            ..args
+        })?;
+        Ok(match cast_to {
+            Some(to) => Box::new(CastInput { inner, to }),
+            None => inner,
+        })
     }
 
     fn order_sensitivity(&self) -> AggregateOrderSensitivity {
@@ -316,5 +390,53 @@ impl AggregateUDFImpl for SumAsNumeric {
 
     fn set_monotonicity(&self, data_type: &DataType) -> SetMonotonicity {
         self.inner.inner().set_monotonicity(data_type)
+    }
+}
+
+/// An optimizer rule that must not change a plan's column types, or it is not applied.
+///
+/// DataFusion's `single_distinct_aggregation_to_group_by` turns `sum(a), sum(DISTINCT b)`
+/// into an inner aggregation grouped by `b` and an outer `sum` of the inner sums: over INT
+/// the inner sums are BIGINT, and PostgreSQL's `sum` of a BIGINT is NUMERIC
+/// ([`SumAsNumeric`]), so the rewritten plan's type differs and the optimizer refused the
+/// whole query. Where the types would change, the aggregation stays as it was written.
+#[derive(Debug)]
+pub struct KeepTypes(pub Arc<dyn datafusion::optimizer::OptimizerRule + Send + Sync>);
+
+impl datafusion::optimizer::OptimizerRule for KeepTypes {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn apply_order(&self) -> Option<datafusion::optimizer::ApplyOrder> {
+        self.0.apply_order()
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        self.0.supports_rewrite()
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        config: &dyn datafusion::optimizer::OptimizerConfig,
+    ) -> Result<Transformed<LogicalPlan>> {
+        // Only aggregations are rewritten by the rules wrapped; nothing to keep otherwise.
+        if !matches!(plan, LogicalPlan::Aggregate(_)) {
+            return self.0.rewrite(plan, config);
+        }
+        let before = plan.clone();
+        let after = self.0.rewrite(plan, config)?;
+        let types = |p: &LogicalPlan| -> Vec<DataType> {
+            p.schema()
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect()
+        };
+        if after.transformed && types(&after.data) != types(&before) {
+            return Ok(Transformed::no(before));
+        }
+        Ok(after)
     }
 }

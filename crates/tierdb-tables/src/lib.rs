@@ -21,6 +21,7 @@
 
 pub mod alter;
 pub mod bpchar;
+pub mod castinput;
 pub mod catalog;
 pub mod checked;
 pub mod checksum;

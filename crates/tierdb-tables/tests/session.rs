@@ -195,4 +195,25 @@ async fn described_column_types_are_the_types_of_the_rows() {
         }
         assert!(!batches.is_empty(), "{q}");
     }
+    // PostgreSQL's types for sum: BIGINT over INT, NUMERIC over BIGINT, however often the
+    // plan is analyzed (it is twice: once to describe it, once to run it).
+    let mut types = Vec::new();
+    for q in [
+        "SELECT sum(a) s1, sum(c) s2, sum(DISTINCT b) s3, (SELECT sum(b) FROM t) s4 FROM t",
+        "SELECT sum(a) OVER (ORDER BY id ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM \
+         (SELECT row_number() OVER () id, a FROM t) x",
+    ] {
+        let r = s.sql(q).await.unwrap().remove(0);
+        types.extend(
+            r.batches[0]
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.data_type().to_string()),
+        );
+    }
+    assert_eq!(
+        types,
+        ["Int64", "Decimal128(38, 0)", "Int64", "Int64", "Int64"]
+    );
 }

@@ -176,17 +176,23 @@ impl SqlEngine {
         let cards = options
             .join_reorder
             .then(|| Arc::new(Cardinalities::default()));
+        let mut rules = datafusion::optimizer::Optimizer::new().rules;
+        // PostgreSQL's sum types must survive the DISTINCT rewrite (`checked::KeepTypes`).
+        for r in rules.iter_mut() {
+            if r.name() == "single_distinct_aggregation_to_group_by" {
+                *r = Arc::new(crate::checked::KeepTypes(r.clone()));
+            }
+        }
         if let Some(cards) = &cards {
             // Right after filters are pushed down (the estimates read them), before
             // projections are pruned.
-            let mut rules = datafusion::optimizer::Optimizer::new().rules;
             let at = rules
                 .iter()
                 .position(|r| r.name() == "push_down_filter")
                 .map_or(rules.len(), |i| i + 1);
             rules.insert(at, Arc::new(JoinReorder::new(cards.clone())));
-            state = state.with_optimizer_rules(rules);
         }
+        state = state.with_optimizer_rules(rules);
         let state = crate::distributed::coordinate(state, &options.workers);
         let ctx = SessionContext::new_with_state(state.build());
         for f in crate::checked::functions() {
