@@ -412,10 +412,6 @@ impl datafusion::optimizer::OptimizerRule for KeepTypes {
         self.0.apply_order()
     }
 
-    fn supports_rewrite(&self) -> bool {
-        self.0.supports_rewrite()
-    }
-
     fn rewrite(
         &self,
         plan: LogicalPlan,
