@@ -278,6 +278,33 @@ def test_sigterm_during_a_long_statement_stops_the_server(db, tmp_path):
     assert out[-1] == "2", out
 
 
+def test_a_statement_past_the_memory_budget_fails_and_the_next_one_runs(db, tmp_path):
+    """`--memory-limit 384MiB` (query memory: what the DRAM tier, metadata cache and reserve
+    leave, 168 MiB): a hash join whose build side (300,000 rows of 800 bytes) cannot spill
+    fails with 53200 instead of growing the server; its peak resident memory stays within
+    the budget and a margin for the binary; the memory is freed, and the next statements
+    run (the same join under a budget that holds it, too)."""
+    import psycopg
+    tierdb("sql", db, "-c", "CREATE TABLE big (k BIGINT NOT NULL, pad VARCHAR NOT NULL); "
+           "INSERT INTO big SELECT value, repeat('x', 790) || value FROM generate_series(1, 300000)")
+    join = "SELECT count(*) FROM big a JOIN big b ON a.pad = b.pad"
+    log = tmp_path / "serve.log"
+    with serve(BIN, db, "--memory-limit", "384MiB", log=str(log)) as (proc, port):
+        assert "memory budget 384.0 MiB" in open(log).read()
+        c = psycopg.connect(dsn(port), autocommit=True)
+        state, message = sqlstate(lambda: c.execute(join))
+        assert (state, message.split(":")[0]) == ("53200", "out of memory"), message
+        assert c.execute("SELECT count(*) FROM big").fetchone() == (300000,)
+        assert c.execute("SELECT count(*) FROM big WHERE k <= 10").fetchone() == (10,)
+        status = open(f"/proc/{proc.pid}/status").read()
+        hwm_mib = int(status.split("VmHWM:")[1].split()[0]) // 1024
+        # The budget, plus what the binary itself maps (a debug build's code and symbols).
+        assert hwm_mib < 384 + 384, status
+        # Freed: the same statement again fails the same way, it does not find less room.
+        assert sqlstate(lambda: c.execute(join))[0] == "53200"
+        assert c.execute("SELECT 1").fetchone() == (1,)
+
+
 def test_an_error_while_rows_stream_aborts_the_transaction(server):
     """A query that fails after its rows began to stream (here: division by zero on the
     second row) fails the statement; inside a transaction that aborts it, so COMMIT rolls

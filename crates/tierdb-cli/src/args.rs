@@ -19,7 +19,7 @@ pub struct TierArgs {
     #[arg(long)]
     pub cache_bytes: Option<ByteSize>,
     /// Size of the DRAM tier, 0 = off [default: a quarter of the machine's memory, at
-    /// least 256MiB].
+    /// least 256MiB; for the SQL commands, at most a third of --memory-limit].
     #[arg(long)]
     pub memory_bytes: Option<ByteSize>,
     /// write-through, write-around or write-back [default: write-through].

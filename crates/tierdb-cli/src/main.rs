@@ -4,6 +4,7 @@
 
 mod args;
 mod bench_cmd;
+mod budget;
 #[cfg(feature = "debug-commands")]
 mod debug_cmd;
 mod error;

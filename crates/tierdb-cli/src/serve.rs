@@ -177,6 +177,9 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
         addr.rsplit_once(':').map_or("5433", |(_, p)| p),
         args.user
     );
+    if let Ok(plan) = args.engine.memory_plan(args.kv.tiers.memory_bytes) {
+        println!("{}", plan.describe());
+    }
     spawn_term_watchdog();
     let config = tierdb_pgwire::ServerConfig {
         user: args.user.clone(),

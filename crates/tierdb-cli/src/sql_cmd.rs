@@ -17,6 +17,7 @@ use tierdb_tables::segment::{SegmentCodec, SegmentOptions};
 use tierdb_tables::{EngineOptions, SqlEngine, StatementResult};
 
 use crate::args::KvArgs;
+use crate::budget::{Given, MemoryPlan};
 use crate::error::{CliError, CliResult, output_failed};
 use crate::stats;
 
@@ -25,18 +26,26 @@ pub struct EngineArgs {
     /// Parallel threads per query (DataFusion partitions); default: the machine's cores.
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Memory for sorts, joins and aggregations before they spill to disk.
-    #[arg(long, default_value = "2GiB")]
-    pub memory: ByteSize,
+    /// Memory this process may use in all: the DRAM tier, query memory, the metadata cache
+    /// and a reserve for the rest (see --memory for what a statement past it gets) [default:
+    /// three quarters of the machine's memory].
+    #[arg(long)]
+    pub memory_limit: Option<ByteSize>,
+    /// Query memory: sorts, joins and aggregations spill to disk past it where they can,
+    /// otherwise the statement fails with SQLSTATE 53200 [default: what --memory-limit
+    /// leaves after the DRAM tier, the metadata cache and the reserve].
+    #[arg(long)]
+    pub memory: Option<ByteSize>,
     /// Directory for spill files (default: the OS temporary directory).
     #[arg(long)]
     pub spill_dir: Option<PathBuf>,
     /// Keep DataFusion's FROM-clause join order (no statistics-based reordering).
     #[arg(long)]
     pub no_join_reorder: bool,
-    /// DRAM for parsed Parquet footers and page indexes, kept across queries.
-    #[arg(long, default_value = "256MiB")]
-    pub metadata_cache: ByteSize,
+    /// DRAM for parsed Parquet footers and page indexes, kept across queries [default:
+    /// 256MiB, at most 1/16 of --memory-limit].
+    #[arg(long)]
+    pub metadata_cache: Option<ByteSize>,
     /// Compression of the segments this process writes: none, snappy, lz4, zstd or
     /// zstd:LEVEL (default: the measured choice, see docs/benchmarks.md).
     #[arg(long)]
@@ -65,12 +74,40 @@ fn parse_workers(list: &str) -> Result<WorkerList, String> {
 }
 
 impl EngineArgs {
+    /// How `--memory-limit` is split, with a DRAM tier of `tier` bytes if the command line
+    /// gave one (`budget.rs`).
+    pub fn memory_plan(&self, tier: Option<ByteSize>) -> Result<MemoryPlan, CliError> {
+        let given = Given {
+            limit: self.memory_limit.map(|b| b.as_u64()),
+            tier: tier.map(|b| b.as_u64()),
+            metadata: self.metadata_cache.map(|b| b.as_u64()),
+            query: self.memory.map(|b| b.as_u64()),
+        };
+        MemoryPlan::new(given, tierdb_engine::physical_memory_bytes()).map_err(CliError::input)
+    }
+
+    /// The engine's options within the default split of the budget (the DRAM tier's
+    /// default size); [`EngineArgs::options_within`] for another.
     pub fn options(&self) -> EngineOptions {
+        match self.memory_plan(None) {
+            Ok(plan) => self.options_within(&plan),
+            // Refused where the process opens its database (`open_engine`).
+            Err(_) => self.options_within(&MemoryPlan {
+                limit: 0,
+                tier: 0,
+                metadata: 256 << 20,
+                reserve: 0,
+                query: 2 << 30,
+            }),
+        }
+    }
+
+    pub fn options_within(&self, plan: &MemoryPlan) -> EngineOptions {
         let mut o = EngineOptions {
-            memory_limit: self.memory.as_u64() as usize,
+            memory_limit: plan.query as usize,
             spill_dir: self.spill_dir.clone(),
             join_reorder: !self.no_join_reorder,
-            metadata_cache_bytes: self.metadata_cache.as_u64() as usize,
+            metadata_cache_bytes: plan.metadata as usize,
             workers: self.workers.0.clone(),
             ..EngineOptions::default()
         };
@@ -197,10 +234,13 @@ pub async fn open_engine(
     // A follower here may live long (a shell, a replica server): it pins what it reads so
     // the writer's garbage collector cannot delete SSTs under it.
     options.pin_checkpoint = role == Role::Follower;
+    let plan = engine.memory_plan(kv.tiers.memory_bytes)?;
+    options.store.tiers.memory_bytes = plan.tier;
+    tracing::info!("{}", plan.describe());
     let database = Database::open(db, &options).await?;
     let mut tables = database.tables();
     tables.segment_options = engine.segment_options();
-    match SqlEngine::new(Arc::new(tables), &engine.options()) {
+    match SqlEngine::new(Arc::new(tables), &engine.options_within(&plan)) {
         Ok(sql) => Ok((sql, database)),
         Err(e) => {
             let _ = database.close().await;

@@ -71,10 +71,12 @@ pub async fn run_worker(args: WorkerArgs) -> CliResult {
     let mut options = args.kv.open_options(Workload::Tables, Role::Follower);
     // A worker lives long: it pins what it reads against the writer's garbage collector.
     options.pin_checkpoint = true;
+    let plan = args.engine.memory_plan(args.kv.tiers.memory_bytes)?;
+    options.store.tiers.memory_bytes = plan.tier;
     let database = Database::open(&args.db, &options).await?;
     let tables = Arc::new(database.tables());
     let served = async {
-        let service = WorkerService::new(tables.clone(), &args.engine.options())?;
+        let service = WorkerService::new(tables.clone(), &args.engine.options_within(&plan))?;
         let listener = bind(args.listen).await?;
         let addr = listener.local_addr()?;
         println!("tierdb worker listening on {addr}");

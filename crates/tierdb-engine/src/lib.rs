@@ -146,15 +146,19 @@ fn store_options_for(path: &str, options: &OpenOptions) -> StoreOptions {
 /// The DRAM tier's default: a quarter of the machine's memory, at least 256 MiB (one
 /// database process per machine is the common case; set `--memory` when several share it).
 pub fn default_memory_bytes() -> u64 {
-    let physical = std::fs::read_to_string("/proc/meminfo")
+    (physical_memory_bytes() / 4).max(256 << 20)
+}
+
+/// The machine's memory (MemTotal), 0 if it cannot be read.
+pub fn physical_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
             m.lines()
                 .find_map(|l| l.strip_prefix("MemTotal:"))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
-        .map_or(0, |kib| kib * 1024);
-    (physical / 4).max(256 << 20)
+        .map_or(0, |kib| kib * 1024)
 }
 
 /// Splits a database URL into the store to open and the database's path in it.

@@ -137,6 +137,14 @@ impl TableError {
                         None => break,
                     },
                     DataFusionError::Shared(s) => e = s.as_ref(),
+                    DataFusionError::Context(_, inner) => e = inner.as_ref(),
+                    // PostgreSQL's words for 53200, then what ran out and how to give more.
+                    DataFusionError::ResourcesExhausted(m) => {
+                        return format!(
+                            "out of memory: {m} (the statement was stopped and its memory \
+                             freed; raise --memory or --memory-limit, or use less at once)"
+                        );
+                    }
                     _ => break,
                 }
             }
