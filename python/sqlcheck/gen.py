@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, field
 
 SKIPS = [
-    "types tierdb lacks: TIMESTAMP/TIMESTAMPTZ/TIME/INTERVAL, BYTEA, SMALLINT, REAL, CHAR(n), "
+    "types tierdb lacks: TIMESTAMP/TIMESTAMPTZ/TIME/INTERVAL, BYTEA, SMALLINT, REAL, "
     "VARCHAR(n), NUMERIC without precision, UUID, JSON, arrays (issue 27 adds them)",
     "NaN and +/-Infinity values",
     "collation: the oracle runs with LC_COLLATE=C (tierdb orders strings by bytes)",
@@ -46,9 +46,11 @@ TYPES = {
     "date": ("DATE", "DATE"),
     "decimal": ("DECIMAL(10,2)", "DECIMAL(10,2)"),
     "bool": ("BOOLEAN", "BOOLEAN"),
+    # character(n): trailing spaces insignificant in comparisons, kept in output (bpchar.rs)
+    "char": ("CHAR(4)", "CHAR(4)"),
 }
 NUMERIC = {"int", "bigint", "double", "decimal"}
-ORDERED = NUMERIC | {"varchar", "date"}
+ORDERED = NUMERIC | {"varchar", "date", "char"}
 
 EDGE = {
     "int": [0, 1, -1, 7, 42, 2147483647, -2147483648, 100, -100],
@@ -58,6 +60,7 @@ EDGE = {
     "date": ["1970-01-01", "2000-02-29", "2024-01-01", "2024-12-31", "1999-12-31", "2038-01-19"],
     "decimal": ["0.00", "1.50", "-1.50", "12345678.99", "-0.01", "100.00", "3.14"],
     "bool": [True, False],
+    "char": ["", "a", "ab", "abcd", " a", "a b", "ab  ", "Z"],
 }
 
 
@@ -74,7 +77,7 @@ def literal(ty, v):
         return f"CAST({v!r} AS DOUBLE PRECISION)"
     if ty == "decimal":
         return f"CAST('{v}' AS DECIMAL(10,2))"
-    if ty == "varchar":
+    if ty in ("varchar", "char"):
         return "'" + v.replace("'", "''") + "'"
     if ty == "date":
         return f"DATE '{v}'"
@@ -139,7 +142,7 @@ class Gen:
             return round(r.uniform(-1000, 1000), r.choice([0, 1, 3]))
         if ty == "decimal":
             return f"{r.randint(-99999, 99999) / 100:.2f}"
-        if ty == "varchar":
+        if ty in ("varchar", "char"):
             return "".join(r.choice("abcxyzAB ") for _ in range(r.randint(0, 4)))
         if ty == "date":
             return f"{r.randint(1990, 2030)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}"
@@ -150,7 +153,7 @@ class Gen:
     def schema(self, ntables=None):
         r = self.r
         self.tables = []
-        shared = r.choice(["int", "int", "bigint", "varchar", "date"])  # a joinable column type
+        shared = r.choice(["int", "int", "bigint", "varchar", "date", "char"])  # a joinable column type
         for i in range(ntables or r.randint(2, 3)):
             cols = [(f"c0", shared, r.random() < 0.5)]
             for j in range(1, r.randint(2, 5)):
@@ -217,8 +220,8 @@ class Gen:
             if same:
                 b = r.choice(same)
                 return f"{c} {r.choice(['=', '<>', '<', '>=']) if ty in ORDERED else '='} {b[0]}.{b[1]}"
-        if ty == "varchar" and k < 0.65:
-            return f"{c} LIKE {literal('varchar', r.choice(['a%', '%b%', '_', '%', 'O%']))}"
+        if ty in ("varchar", "char") and k < 0.65:
+            return f"{c} LIKE {literal('varchar', r.choice(['a%', '%b%', '_', '%', 'O%', 'ab', 'a___']))}"
         if k < 0.72:
             e, _ = self.expr(scope, ty, 1)
             op = r.choice(["=", "<>", "<", ">=", "IS DISTINCT FROM", "IS NOT DISTINCT FROM"])
@@ -406,6 +409,8 @@ class Gen:
             return f"{name} + {k}" if r.random() < 0.7 else f"{name} * CAST(2 AS {TYPES[ty][1]})"
         if ty == "varchar":
             return f"{name} || 'x'" if r.random() < 0.6 else f"upper({name})"
+        if ty == "char":
+            return f"upper({name})"
         if ty == "bool":
             return f"NOT {name}"
         if ty == "decimal":

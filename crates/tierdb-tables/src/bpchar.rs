@@ -7,10 +7,11 @@
 //!
 //! | where a CHAR(n) value is used | PostgreSQL | here |
 //! |---|---|---|
-//! | compared with a string literal (`=`, `<>`, `<`, `IN (…)`) | `bpchareq`: trailing spaces ignored | the literal is padded to `n` when the plan is analyzed: same answers, and the comparison stays a column against a literal (pruning, pushdown) |
+//! | compared with a string literal (`=`, `<>`, `<`, `IN (…)`, BETWEEN, NULLIF) | `bpchareq`: trailing spaces ignored | the literal is padded to `n` when the plan is analyzed: same answers, and the comparison stays a column against a literal (pruning, pushdown) |
 //! | compared with a CHAR(n) column of the same `n` | `bpchareq` | unchanged: both are padded alike |
 //! | compared with anything else | cast to text, which strips trailing spaces | `rtrim(col)` |
-//! | a function argument, `\|\|`, CAST, CASE | cast to text | `rtrim(col)` |
+//! | a function argument, `\|\|`, CAST | cast to text | `rtrim(col)` |
+//! | a CASE branch, a COALESCE argument, where all are CHAR(n) or literals | the result is character | unchanged; compared with `rtrim` on both sides; otherwise as text |
 //! | LIKE, regular expressions | the padded value (`bpcharlike`) | unchanged |
 //! | selected, grouped, sorted, aggregated | the padded value | unchanged |
 //!
@@ -88,6 +89,13 @@ fn char_len(e: &Expr, schema: &DFSchema) -> Option<usize> {
         }
         // A correlated subquery's reference to its outer query's column.
         Expr::OuterReferenceColumn(field, _) => field.metadata().get(DECLARED_TYPE)?.clone(),
+        // A scalar subquery selecting a CHAR(n) column.
+        Expr::ScalarSubquery(q) => subquery_char(&q.subquery)?,
+        // Type coercion casts a column to the string type it is compared in (Utf8View for
+        // CHAR(n) literals): still the padded value. The plan is analyzed again to run it.
+        Expr::Cast(c) if is_string_type(c.field.data_type()) => {
+            return char_len(&c.expr, schema);
+        }
         _ => return None,
     };
     declared
@@ -95,6 +103,112 @@ fn char_len(e: &Expr, schema: &DFSchema) -> Option<usize> {
         .strip_suffix(')')?
         .parse()
         .ok()
+}
+
+/// The results of a CASE (its branches) or COALESCE (its arguments).
+fn results(e: &Expr) -> Option<Vec<&Expr>> {
+    match e {
+        Expr::Case(c) => {
+            let mut r: Vec<&Expr> = c.when_then_expr.iter().map(|(_, t)| t.as_ref()).collect();
+            r.extend(c.else_expr.as_deref());
+            Some(r)
+        }
+        Expr::ScalarFunction(f) if f.name() == "coalesce" => Some(f.args.iter().collect()),
+        _ => None,
+    }
+}
+
+/// `n` if the results are CHAR(n) values (columns of one `n`) and string literals, at
+/// least one of them CHAR(n): PostgreSQL types such a result character.
+fn results_char(results: &[&Expr], schema: &DFSchema) -> Option<usize> {
+    let mut n = None;
+    for r in results {
+        match char_len(r, schema) {
+            Some(m) if n.is_none_or(|n| n == m) => n = Some(m),
+            Some(_) => return None,
+            None if is_string_literal(r) => {}
+            None => return None,
+        }
+    }
+    n
+}
+
+/// A string literal or a NULL, possibly cast to a string type.
+fn is_string_literal(e: &Expr) -> bool {
+    match e {
+        Expr::Literal(v, _) => {
+            v.is_null()
+                || matches!(
+                    v,
+                    ScalarValue::Utf8(_) | ScalarValue::Utf8View(_) | ScalarValue::LargeUtf8(_)
+                )
+        }
+        Expr::Cast(c) => is_string_type(c.field.data_type()) && is_string_literal(&c.expr),
+        _ => false,
+    }
+}
+
+/// A CASE or COALESCE whose result is character: its values are the padded columns' and
+/// the literals' as they are, compared without trailing spaces.
+fn is_charish(e: &Expr, schema: &DFSchema) -> bool {
+    results(e).is_some_and(|r| results_char(&r, schema).is_some())
+}
+
+/// One side of a comparison with a character CASE or COALESCE: without trailing spaces
+/// if it is character (a CHAR(n) column, a string literal, another such CASE).
+/// A CASE or COALESCE of string literals only: character where compared with a CHAR(n)
+/// value (PostgreSQL resolves the literals to character).
+fn literal_results(e: &Expr) -> bool {
+    results(e).is_some_and(|r| r.iter().all(|x| is_string_literal(x)))
+}
+
+fn trimmed_side(e: Expr, schema: &DFSchema) -> Result<Expr> {
+    let rtrim = |e| datafusion::functions::string::expr_fn::rtrim(vec![e]);
+    if is_charish(&e, schema) || is_string_literal(&e) || literal_results(&e) {
+        return Ok(rtrim(fix(e, schema)?));
+    }
+    value(e, schema)
+}
+
+/// The declared type of a subquery's (first) column, if it is one: also through `min` and
+/// `max`, whose result fields do not carry the metadata (`c >= (SELECT min(d) …)`).
+fn subquery_char(plan: &LogicalPlan) -> Option<String> {
+    output_char(plan, 0)
+}
+
+fn output_char(plan: &LogicalPlan, i: usize) -> Option<String> {
+    if let Some(d) = plan.schema().fields().get(i)?.metadata().get(DECLARED_TYPE) {
+        return Some(d.clone());
+    }
+    match plan {
+        LogicalPlan::Projection(p) => expr_char(p.expr.get(i)?, &p.input),
+        LogicalPlan::Aggregate(a) => {
+            let groups = a.group_expr.len();
+            match a.group_expr.get(i) {
+                Some(g) => expr_char(g, &a.input),
+                None => expr_char(a.aggr_expr.get(i - groups)?, &a.input),
+            }
+        }
+        LogicalPlan::SubqueryAlias(_)
+        | LogicalPlan::Filter(_)
+        | LogicalPlan::Sort(_)
+        | LogicalPlan::Limit(_)
+        | LogicalPlan::Distinct(_) => output_char(plan.inputs().first()?, i),
+        _ => None,
+    }
+}
+
+fn expr_char(e: &Expr, input: &LogicalPlan) -> Option<String> {
+    match e {
+        Expr::Alias(a) => expr_char(&a.expr, input),
+        Expr::Column(c) => output_char(input, input.schema().index_of_column(c).ok()?),
+        Expr::AggregateFunction(f)
+            if matches!(f.func.name(), "min" | "max") && f.params.args.len() == 1 =>
+        {
+            expr_char(&f.params.args[0], input)
+        }
+        _ => None,
+    }
 }
 
 /// `s` without trailing spaces, padded to `n` characters; `None` if longer than `n` (no
@@ -107,20 +221,36 @@ fn padded(s: &str, n: usize) -> Option<String> {
 
 /// A string literal padded to `n`, in its own string type; `None` if `e` is not a string
 /// literal or is longer than `n`.
+fn is_string_type(t: &datafusion::arrow::datatypes::DataType) -> bool {
+    matches!(
+        t,
+        datafusion::arrow::datatypes::DataType::Utf8
+            | datafusion::arrow::datatypes::DataType::Utf8View
+            | datafusion::arrow::datatypes::DataType::LargeUtf8
+    )
+}
+
 fn padded_literal(e: &Expr, n: usize) -> Option<Expr> {
-    let Expr::Literal(v, meta) = e else {
-        return None;
-    };
-    let v = match v {
-        ScalarValue::Utf8(Some(s)) => ScalarValue::Utf8(Some(padded(s, n)?)),
-        ScalarValue::Utf8View(Some(s)) => ScalarValue::Utf8View(Some(padded(s, n)?)),
-        ScalarValue::LargeUtf8(Some(s)) => ScalarValue::LargeUtf8(Some(padded(s, n)?)),
-        ScalarValue::Utf8(None) | ScalarValue::Utf8View(None) | ScalarValue::LargeUtf8(None) => {
-            v.clone()
+    let is_string = is_string_type;
+    match e {
+        // A NULL, typed or not, compares as NULL whatever its padding.
+        Expr::Literal(v, _) if v.is_null() => Some(e.clone()),
+        Expr::Cast(c) if matches!(c.expr.as_ref(), Expr::Literal(v, _) if v.is_null()) => {
+            Some(e.clone())
         }
-        _ => return None,
-    };
-    Some(Expr::Literal(v, meta.clone()))
+        // `CAST('ab' AS CHAR(4))`: a string literal still.
+        Expr::Cast(c) if is_string(c.field.data_type()) => padded_literal(&c.expr, n),
+        Expr::Literal(v, meta) => {
+            let v = match v {
+                ScalarValue::Utf8(Some(s)) => ScalarValue::Utf8(Some(padded(s, n)?)),
+                ScalarValue::Utf8View(Some(s)) => ScalarValue::Utf8View(Some(padded(s, n)?)),
+                ScalarValue::LargeUtf8(Some(s)) => ScalarValue::LargeUtf8(Some(padded(s, n)?)),
+                _ => return None,
+            };
+            Some(Expr::Literal(v, meta.clone()))
+        }
+        _ => None,
+    }
 }
 
 fn is_comparison(op: Operator) -> bool {
@@ -150,6 +280,17 @@ fn fix(e: Expr, schema: &DFSchema) -> Result<Expr> {
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_comparison(op) => {
             let (l, r) = (char_len(&left, schema), char_len(&right, schema));
+            if is_charish(&left, schema)
+                || is_charish(&right, schema)
+                || (l.is_some() && literal_results(&right))
+                || (r.is_some() && literal_results(&left))
+            {
+                return Ok(Expr::BinaryExpr(BinaryExpr::new(
+                    Box::new(trimmed_side(*left, schema)?),
+                    op,
+                    Box::new(trimmed_side(*right, schema)?),
+                )));
+            }
             let (left, right) = match (l, r) {
                 (Some(n), Some(m)) if n == m => (*left, *right),
                 (Some(n), None) if padded_literal(&right, n).is_some() => {
@@ -188,6 +329,32 @@ fn fix(e: Expr, schema: &DFSchema) -> Result<Expr> {
                 list,
                 negated,
             )))
+        }
+        // `c BETWEEN a AND b` is `c >= a AND c <= b`.
+        Expr::Between(mut b) => {
+            if let Some(n) = char_len(&b.expr, schema)
+                && let (Some(low), Some(high)) =
+                    (padded_literal(&b.low, n), padded_literal(&b.high, n))
+            {
+                b.low = Box::new(low);
+                b.high = Box::new(high);
+                return Ok(Expr::Between(b));
+            }
+            b.expr = Box::new(value(*b.expr, schema)?);
+            b.low = Box::new(value(*b.low, schema)?);
+            b.high = Box::new(value(*b.high, schema)?);
+            Ok(Expr::Between(b))
+        }
+        // `c IN (SELECT d …)`: compared as `c = d` is.
+        Expr::InSubquery(mut i) => {
+            let sub = subquery_char(&i.subquery.subquery);
+            let same = char_len(&i.expr, schema).is_some()
+                && sub.is_some()
+                && char_len(&i.expr, schema).map(|n| format!("CHAR({n})")) == sub;
+            if !same {
+                i.expr = Box::new(value(*i.expr, schema)?);
+            }
+            Ok(Expr::InSubquery(i))
         }
         // Pattern matching sees the padded value (PostgreSQL's bpcharlike).
         Expr::Like(Like {
@@ -228,6 +395,55 @@ fn fix(e: Expr, schema: &DFSchema) -> Result<Expr> {
             p.partition_by = bare_or_fixed(std::mem::take(&mut p.partition_by), schema)?;
             p.order_by = sorts(std::mem::take(&mut p.order_by), schema)?;
             Ok(Expr::WindowFunction(Box::new(WindowFunction { ..*w })))
+        }
+        // The branches of CASE and the arguments of COALESCE are results: a CHAR(n) column
+        // there stays a CHAR(n) value (PostgreSQL types the result character).
+        Expr::Case(c) => {
+            let n = results(&Expr::Case(c.clone())).and_then(|r| results_char(&r, schema));
+            let mut c = c;
+            let branch = |t: Expr| match n {
+                Some(_) => Ok(t),
+                None => value(t, schema),
+            };
+            c.expr = c
+                .expr
+                .map(|e| value(*e, schema).map(Box::new))
+                .transpose()?;
+            c.when_then_expr = c
+                .when_then_expr
+                .into_iter()
+                .map(|(w, t)| Ok((Box::new(fix(*w, schema)?), Box::new(branch(*t)?))))
+                .collect::<Result<Vec<_>>>()?;
+            c.else_expr = c.else_expr.map(|e| branch(*e).map(Box::new)).transpose()?;
+            Ok(Expr::Case(c))
+        }
+        Expr::ScalarFunction(f) if f.name() == "coalesce" => {
+            let n = results_char(&f.args.iter().collect::<Vec<_>>(), schema);
+            let mut f = f;
+            f.args = f
+                .args
+                .into_iter()
+                .map(|a| match n {
+                    Some(_) => Ok(a),
+                    None => value(a, schema),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Expr::ScalarFunction(f))
+        }
+        // NULLIF(a, b) is a result compared: `NULLIF(c, 'ab')` is NULL where c = 'ab'.
+        Expr::ScalarFunction(mut f) if f.name() == "nullif" && f.args.len() == 2 => {
+            let b = f.args.pop().expect("two arguments");
+            let a = f.args.pop().expect("two arguments");
+            let (a, b) = match (char_len(&a, schema), char_len(&b, schema)) {
+                (Some(n), Some(m)) if n == m => (a, b),
+                (Some(n), None) if padded_literal(&b, n).is_some() => {
+                    let b = padded_literal(&b, n).expect("checked");
+                    (a, b)
+                }
+                _ => (value(a, schema)?, value(b, schema)?),
+            };
+            f.args = vec![a, b];
+            Ok(Expr::ScalarFunction(f))
         }
         Expr::Alias(mut a) => {
             a.expr = Box::new(fix(*a.expr, schema)?);
