@@ -11,7 +11,11 @@
 //! | compared with a CHAR(n) column of the same `n` | `bpchareq` | unchanged: both are padded alike |
 //! | compared with anything else | cast to text, which strips trailing spaces | `rtrim(col)` |
 //! | a function argument, `\|\|`, CAST | cast to text | `rtrim(col)` |
-//! | a CASE branch, a COALESCE argument, where all are CHAR(n) or literals | the result is character | unchanged; compared with `rtrim` on both sides; otherwise as text |
+//! | a CASE branch, a COALESCE argument, where all are CHAR(n) or literals and one a CHAR(n) column | the result is character | unchanged; compared with `rtrim` on both sides; otherwise as text (a CASE of literals only is text, as in PostgreSQL) |
+//!
+//! Not told apart: `CAST(x AS CHAR(n))` and `CAST(x AS VARCHAR)` are the same cast in the
+//! plan (to a string), so a CASE whose only character branch is such a cast is text here
+//! where PostgreSQL makes it character.
 //! | LIKE, regular expressions | the padded value (`bpcharlike`) | unchanged |
 //! | selected, grouped, sorted, aggregated | the padded value | unchanged |
 //!
@@ -156,15 +160,9 @@ fn is_charish(e: &Expr, schema: &DFSchema) -> bool {
 
 /// One side of a comparison with a character CASE or COALESCE: without trailing spaces
 /// if it is character (a CHAR(n) column, a string literal, another such CASE).
-/// A CASE or COALESCE of string literals only: character where compared with a CHAR(n)
-/// value (PostgreSQL resolves the literals to character).
-fn literal_results(e: &Expr) -> bool {
-    results(e).is_some_and(|r| r.iter().all(|x| is_string_literal(x)))
-}
-
 fn trimmed_side(e: Expr, schema: &DFSchema) -> Result<Expr> {
     let rtrim = |e| datafusion::functions::string::expr_fn::rtrim(vec![e]);
-    if is_charish(&e, schema) || is_string_literal(&e) || literal_results(&e) {
+    if is_charish(&e, schema) || is_string_literal(&e) {
         return Ok(rtrim(fix(e, schema)?));
     }
     value(e, schema)
@@ -280,11 +278,7 @@ fn fix(e: Expr, schema: &DFSchema) -> Result<Expr> {
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_comparison(op) => {
             let (l, r) = (char_len(&left, schema), char_len(&right, schema));
-            if is_charish(&left, schema)
-                || is_charish(&right, schema)
-                || (l.is_some() && literal_results(&right))
-                || (r.is_some() && literal_results(&left))
-            {
+            if is_charish(&left, schema) || is_charish(&right, schema) {
                 return Ok(Expr::BinaryExpr(BinaryExpr::new(
                     Box::new(trimmed_side(*left, schema)?),
                     op,
