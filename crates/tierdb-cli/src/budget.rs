@@ -54,17 +54,31 @@ impl MemoryPlan {
             None => limit.saturating_sub(fixed),
         };
         let b = |n: u64| ByteSize(n).to_string();
-        if fixed + query > limit || query < QUERY_MIN {
+        // Query memory given explicitly may be as small as the user wants (it is where a
+        // statement spills or fails); what is left over must be worth starting with.
+        if given.query.is_none() && query < QUERY_MIN {
+            return Err(format!(
+                "--memory-limit {} leaves {} of query memory (at least {} is needed) after \
+                 the DRAM tier ({}, --memory-bytes), the metadata cache ({}, \
+                 --metadata-cache) and {} for the rest of the process: raise --memory-limit \
+                 or give the DRAM tier less",
+                b(limit),
+                b(query),
+                b(QUERY_MIN),
+                b(tier),
+                b(metadata),
+                b(reserve)
+            ));
+        }
+        if fixed + query > limit {
             return Err(format!(
                 "--memory-limit {} does not hold the DRAM tier ({}, --memory-bytes), the \
-                 metadata cache ({}, --metadata-cache), {} of query memory (--memory; at \
-                 least {}) and {} for the rest of the process: raise --memory-limit or give \
-                 the parts less",
+                 metadata cache ({}, --metadata-cache), {} of query memory (--memory) and {} \
+                 for the rest of the process: raise --memory-limit or give the parts less",
                 b(limit),
                 b(tier),
                 b(metadata),
                 b(query),
-                b(QUERY_MIN),
                 b(reserve)
             ));
         }
@@ -143,6 +157,16 @@ mod tests {
             limit: Some(128 * MIB),
             ..Given::default()
         };
-        assert!(MemoryPlan::new(tiny, 24 * GIB).is_err());
+        let e = MemoryPlan::new(tiny, 24 * GIB).unwrap_err();
+        assert!(
+            e.contains("of query memory (at least 64.0 MiB is needed)"),
+            "{e}"
+        );
+        // A small query memory given on purpose is kept (a statement spills or fails).
+        let small = Given {
+            query: Some(4 * MIB),
+            ..Given::default()
+        };
+        assert_eq!(MemoryPlan::new(small, 24 * GIB).unwrap().query, 4 * MIB);
     }
 }
