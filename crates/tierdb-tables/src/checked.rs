@@ -213,8 +213,8 @@ impl CheckedArithmetic {
 ///   columns and once to run it) would take that BIGINT cast for a BIGINT column.
 ///
 /// `coerce_types` is idempotent, so the types a client is told at Parse are the types the
-/// rows have; a worker runs DataFusion's own `sum`, which types SMALLINT, INT and the cast
-/// DECIMAL the same way.
+/// rows have. Workers register it too (`distributed.rs`): DataFusion's own `sum` has no
+/// accumulator for an uncast INT.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct SumAsNumeric {
     inner: Arc<AggregateUDF>,

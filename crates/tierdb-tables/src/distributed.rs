@@ -298,6 +298,12 @@ impl WorkerService {
                 for f in crate::checked::functions() {
                     datafusion::execution::FunctionRegistry::register_udf(&mut state, f)?;
                 }
+                // And PostgreSQL's `sum`, whose narrow-integer input is cast inside its
+                // accumulator (DataFusion's own `sum` has no INT accumulator).
+                datafusion::execution::FunctionRegistry::register_udaf(
+                    &mut state,
+                    Arc::new(crate::checked::SumAsNumeric::udaf()),
+                )?;
                 Ok(state)
             }
         };
