@@ -270,6 +270,13 @@ fn value(e: Expr, schema: &DFSchema) -> Result<Expr> {
     if char_len(&e, schema).is_some() {
         return Ok(datafusion::functions::string::expr_fn::rtrim(vec![e]));
     }
+    // A character CASE or COALESCE used as text (`coalesce(c_last_name, '') || ', '`,
+    // TPC-DS Q84) loses its trailing spaces too.
+    if is_charish(&e, schema) {
+        return Ok(datafusion::functions::string::expr_fn::rtrim(vec![fix(
+            e, schema,
+        )?]));
+    }
     fix(e, schema)
 }
 
