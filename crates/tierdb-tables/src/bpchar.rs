@@ -124,10 +124,12 @@ fn results(e: &Expr) -> Option<Vec<&Expr>> {
 
 /// `n` if the results are CHAR(n) values (columns of one `n`) and string literals, at
 /// least one of them CHAR(n): PostgreSQL types such a result character.
-fn results_char(results: &[&Expr], schema: &DFSchema) -> Option<usize> {
+fn results_char(found: &[&Expr], schema: &DFSchema) -> Option<usize> {
     let mut n = None;
-    for r in results {
-        match char_len(r, schema) {
+    for r in found {
+        // A character CASE inside (NULLIF over one is rewritten to such a CASE).
+        let len = char_len(r, schema).or_else(|| results(r).and_then(|x| results_char(&x, schema)));
+        match len {
             Some(m) if n.is_none_or(|n| n == m) => n = Some(m),
             Some(_) => return None,
             None if is_string_literal(r) => {}
@@ -435,6 +437,23 @@ fn fix(e: Expr, schema: &DFSchema) -> Result<Expr> {
         Expr::ScalarFunction(mut f) if f.name() == "nullif" && f.args.len() == 2 => {
             let b = f.args.pop().expect("two arguments");
             let a = f.args.pop().expect("two arguments");
+            // A character CASE or COALESCE: its value is the result, compared without
+            // trailing spaces: CASE WHEN rtrim(a) = rtrim(b) THEN NULL ELSE a END.
+            if is_charish(&a, schema) {
+                let a = fix(a, schema)?;
+                let equal = Expr::BinaryExpr(BinaryExpr::new(
+                    Box::new(datafusion::functions::string::expr_fn::rtrim(vec![
+                        a.clone(),
+                    ])),
+                    Operator::Eq,
+                    Box::new(trimmed_side(b, schema)?),
+                ));
+                return Ok(datafusion::logical_expr::when(
+                    equal,
+                    Expr::Literal(ScalarValue::Utf8(None), None),
+                )
+                .otherwise(a)?);
+            }
             let (a, b) = match (char_len(&a, schema), char_len(&b, schema)) {
                 (Some(n), Some(m)) if n == m => (a, b),
                 (Some(n), None) if padded_literal(&b, n).is_some() => {
