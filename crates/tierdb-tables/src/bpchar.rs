@@ -448,11 +448,11 @@ fn fix(e: Expr, schema: &DFSchema) -> Result<Expr> {
                     Operator::Eq,
                     Box::new(trimmed_side(b, schema)?),
                 ));
-                return Ok(datafusion::logical_expr::when(
+                return datafusion::logical_expr::when(
                     equal,
                     Expr::Literal(ScalarValue::Utf8(None), None),
                 )
-                .otherwise(a)?);
+                .otherwise(a);
             }
             let (a, b) = match (char_len(&a, schema), char_len(&b, schema)) {
                 (Some(n), Some(m)) if n == m => (a, b),
