@@ -13,6 +13,7 @@ use slatedb::{Db, DbIterator, DbReadOps, DbReader, DbReaderMode, DbSnapshot};
 use tierdb_store::{TierStats, TieredStore};
 
 use crate::error::{KvError, Result};
+use crate::heartbeat::{Heartbeat, Ownership, release, spawn_heartbeat};
 use crate::marker::{self, Marker};
 use crate::options::KvOptions;
 use crate::{Batch, KvRead, KvWrite, Op};
@@ -152,6 +153,9 @@ pub struct KvDb {
     db: Db,
     group: GroupCommit,
     marker: Marker,
+    options: KvOptions,
+    /// Whether this writer still owns the database (see [`crate::heartbeat`]).
+    ownership: Arc<Ownership>,
     /// Stops the lease heartbeat, which answers with the lease so close can release it.
     heartbeat: parking_lot::Mutex<Option<Heartbeat>>,
 }
@@ -237,6 +241,8 @@ impl KvDb {
             db,
             group: GroupCommit::default(),
             marker,
+            options: options.clone(),
+            ownership: heartbeat.ownership.clone(),
             heartbeat: parking_lot::Mutex::new(Some(heartbeat)),
         })
     }
@@ -344,11 +350,26 @@ impl KvDb {
 
     /// Closes the database after flushing its WAL, then drains the store's write-back log.
     ///
-    /// The memtable is not written to L0 here: every commit is already in the WAL, and the
-    /// next open replays it. (SlateDB 0.18's close() with a memtable flush could wait forever
-    /// after some store faults: see crates/tierdb-kv/tests/kv_model.rs.) Call
-    /// [`KvDb::flush_memtable`] first where readers that skip the WAL must see everything.
+    /// Every commit is already in the WAL, and the next open replays it; but a database
+    /// written by short-lived processes never fills a memtable, so when more than
+    /// [`KvOptions::max_wal_replay_objects`] WAL objects wait to be replayed the memtable is
+    /// written to L0 first (on a healthy handle only: SlateDB 0.18's close() with a memtable
+    /// flush could wait forever after some store faults, see tests/kv_model.rs). Then the
+    /// garbage collector runs once, since a short-lived writer never reaches its interval.
+    /// Call [`KvDb::flush_memtable`] first where readers that skip the WAL must see
+    /// everything.
     pub async fn close(&self) -> Result<()> {
+        if self.failure().is_none() {
+            let shape = self.info();
+            let backlog = shape
+                .next_wal_id
+                .saturating_sub(shape.replay_after_wal_id + 1);
+            if backlog > self.options.max_wal_replay_objects
+                && let Err(e) = self.flush_memtable().await
+            {
+                tracing::warn!(db = %self.name, error = %e, "memtable flush at close");
+            }
+        }
         let heartbeat = self.heartbeat.lock().take();
         let lease = match heartbeat {
             Some(h) => h.stop().await,
@@ -371,7 +392,23 @@ impl KvDb {
             .flush()
             .await
             .map_err(|e| KvError::store(&self.name, e));
+        if closed.is_ok() && flushed.is_ok() {
+            self.collect_garbage().await;
+        }
         closed.and(flushed)
+    }
+
+    /// One pass of SlateDB's garbage collector over this database (errors are logged: what
+    /// it leaves, the next pass deletes).
+    async fn collect_garbage(&self) {
+        let admin = slatedb::admin::Admin::builder(
+            self.path.clone(),
+            crate::sealed::for_slatedb(&self.store),
+        )
+        .build();
+        if let Err(e) = admin.run_gc_once(self.options.gc_options()).await {
+            tracing::warn!(db = %self.name, error = %e, "garbage collection at close");
+        }
     }
 
     fn fenced_check(&self) -> Result<()> {
@@ -384,66 +421,7 @@ impl KvDb {
     }
 }
 
-/// Marks `lease` released, so the next writer need not wait for it to go stale (best
-/// effort: a lease that is not released goes stale after `LEASE_STALE`).
-async fn release(store: &TieredStore, path: &Path, name: &str, mut lease: crate::lease::Lease) {
-    lease.released = true;
-    if let Err(e) = lease.write(store, path, name).await {
-        tracing::warn!(db = name, error = %e, "cannot release the writer lease");
-    }
-}
-
-/// The running lease heartbeat of a writer.
-struct Heartbeat {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Option<crate::lease::Lease>>,
-}
-
-impl Heartbeat {
-    /// Stops the heartbeat; returns the lease if this writer still holds it.
-    async fn stop(self) -> Option<crate::lease::Lease> {
-        let _ = self.stop.send(());
-        self.task.await.ok().flatten()
-    }
-}
-
-/// Refreshes the writer lease every [`crate::lease::HEARTBEAT`] until stopped, taken over
-/// (a newer generation exists) or fenced.
-fn spawn_heartbeat(
-    store: TieredStore,
-    path: Path,
-    name: String,
-    mut lease: crate::lease::Lease,
-) -> Heartbeat {
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(crate::lease::HEARTBEAT);
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                _ = &mut stopped => return Some(lease),
-                _ = tick.tick() => {}
-            }
-            if store.fenced(&wal_dir(&path)).is_some() {
-                return None;
-            }
-            match crate::lease::read_newest(&store, &path, &name).await {
-                Ok((newest, _)) if newest > lease.generation => {
-                    tracing::warn!(db = name, "another writer took the database over");
-                    return None;
-                }
-                _ => {}
-            }
-            lease.heartbeat_ms = crate::lease::now_ms();
-            if let Err(e) = lease.write(&store, &path, &name).await {
-                tracing::warn!(db = name, error = %e, "cannot refresh the writer lease");
-            }
-        }
-    });
-    Heartbeat { stop, task }
-}
-
-fn wal_dir(db: &Path) -> Path {
+pub(crate) fn wal_dir(db: &Path) -> Path {
     db.clone().join("wal")
 }
 
@@ -462,6 +440,9 @@ impl KvWrite for KvDb {
         let seq = self.write(batch).await?;
         self.group.make_durable(&self.db, &self.name, seq).await?;
         self.fenced_check()?;
+        self.ownership
+            .confirm(&self.store, &self.path, &self.name)
+            .await?;
         Ok(seq)
     }
 }

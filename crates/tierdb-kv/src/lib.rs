@@ -22,6 +22,7 @@ use bytes::Bytes;
 mod db;
 mod error;
 mod handle;
+mod heartbeat;
 pub mod lease;
 pub mod marker;
 mod options;

@@ -56,7 +56,26 @@ pub struct KvOptions {
     /// SlateDB's cache of decoded data blocks. Off by default: the tiered store's DRAM tier
     /// holds blocks; set it to trade memory for decode work.
     pub block_cache_bytes: u64,
+    /// A clean close writes the memtable to L0 when more WAL objects than this wait to be
+    /// replayed, so the next open replays at most this many (short-lived processes never
+    /// fill a memtable, and would otherwise leave every commit ever made to replay).
+    pub max_wal_replay_objects: u64,
+    /// Garbage collection: how old a manifest, compaction-state file or replayed WAL object
+    /// must be before it is deleted. Conditional overwrites of SlateDB's GC boundary objects
+    /// (on every backend, see `tierdb_store::capacity`) keep a stalled writer from recreating
+    /// what was deleted, so this only has to outlast a reader between listing and reading.
+    pub gc_min_age: Duration,
+    /// How old an SST no manifest or checkpoint refers to must be before it is deleted
+    /// (a replica may still read one from the manifest it loaded).
+    pub gc_sst_min_age: Duration,
 }
+
+/// How long a WAL fence object (zero bytes, one per writer open) is kept once it is below
+/// the replay boundary. SlateDB warns that deleting a fence lets a writer that stalled
+/// mid-flush for longer create the WAL object it fenced; such a writer cannot acknowledge
+/// the commit, since a commit ending long after its writer last confirmed its lease reads
+/// the leases first (see `heartbeat.rs`, whose recheck interval is far below this).
+pub const WAL_FENCE_MIN_AGE: Duration = Duration::from_secs(600);
 
 impl Default for KvOptions {
     fn default() -> Self {
@@ -73,6 +92,9 @@ impl Default for KvOptions {
             store_retries: 8,
             meta_cache_bytes: 16 << 20,
             block_cache_bytes: 0,
+            max_wal_replay_objects: 64,
+            gc_min_age: Duration::from_secs(60),
+            gc_sst_min_age: Duration::from_secs(300),
         }
     }
 }
@@ -137,7 +159,31 @@ impl KvOptions {
                 Compression::Zstd => Some(slatedb::config::CompressionCodec::Zstd),
             },
             object_store_max_retries: Some(self.store_retries),
+            garbage_collector_options: Some(self.gc_options()),
             ..slatedb::Settings::default()
+        }
+    }
+
+    /// SlateDB's garbage collector as configured: run in the writer every ten minutes, and
+    /// once more when it closes (see [`crate::KvDb::close`]).
+    pub fn gc_options(&self) -> slatedb::config::GarbageCollectorOptions {
+        use slatedb::config::GarbageCollectorDirectoryOptions as Dir;
+        let dir = |min_age| {
+            Some(Dir {
+                interval: Some(Duration::from_secs(600)),
+                min_age,
+                dry_run: false,
+            })
+        };
+        slatedb::config::GarbageCollectorOptions {
+            manifest_options: dir(self.gc_min_age),
+            wal_options: dir(self.gc_min_age),
+            wal_fence_options: dir(WAL_FENCE_MIN_AGE),
+            compacted_options: dir(self.gc_sst_min_age),
+            compactions_options: dir(self.gc_min_age),
+            boundary_files_enabled: true,
+            object_store_max_retries: Some(self.store_retries),
+            ..Default::default()
         }
     }
 }

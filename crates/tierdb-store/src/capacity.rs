@@ -2,7 +2,8 @@
 //!
 //! | URL                         | store                                                  |
 //! |-----------------------------|--------------------------------------------------------|
-//! | `/abs/dir`, `rel/dir`       | `LocalFileSystem` rooted at the directory, fsync on    |
+//! | `/abs/dir`, `rel/dir`       | `LocalFileSystem` rooted at the directory, fsync on,   |
+//! |                             | with conditional overwrites (see `localdir.rs`)        |
 //! | `file:///abs/dir`           | the same                                               |
 //! | `s3://bucket[/prefix]`      | `AmazonS3` (MinIO or S3), optionally under a prefix    |
 //! | `memory://`                 | `InMemory`, private to the process (unit tests only)   |
@@ -172,7 +173,10 @@ fn open_local(url: &StoreUrl, dir: &FsPath, create: bool) -> Result<Arc<dyn Obje
         })?
         .with_fsync(true)
         .with_automatic_cleanup(true);
-    Ok(Arc::new(store))
+    Ok(Arc::new(crate::localdir::LocalDirStore::new(
+        dir.to_path_buf(),
+        store,
+    )))
 }
 
 fn open_s3(

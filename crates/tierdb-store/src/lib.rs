@@ -68,6 +68,7 @@ mod error;
 pub mod fault;
 #[doc(hidden)]
 pub mod fuzzing;
+mod localdir;
 mod meta;
 pub mod options;
 pub mod readcache;
