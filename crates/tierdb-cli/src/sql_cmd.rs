@@ -259,6 +259,9 @@ pub async fn run_sql(args: SqlArgs) -> CliResult {
         Some(sql) => run_script(&engine, sql, args.format).await,
         None => shell(&engine, args.format).await,
     };
+    // Segment merges the statements started finish first (or a short-lived writer's
+    // would never run: tierdb-tables merge.rs invariant 4).
+    engine.tables().settle().await;
     let closed = handle.close().await;
     result.and(closed.map_err(CliError::from))
 }

@@ -37,6 +37,7 @@ pub mod import;
 pub mod inlist;
 pub mod joinorder;
 pub mod literals;
+pub mod merge;
 pub mod parsefix;
 pub mod provider;
 pub mod readahead;

@@ -129,6 +129,11 @@ impl TierTable {
         &self.def
     }
 
+    /// The segments of this snapshot of the table.
+    pub fn segments(&self) -> &[SegmentMeta] {
+        &self.segments
+    }
+
     /// The table's segments as the session's transaction (if any) sees them.
     pub(crate) async fn visible(&self, state: &dyn Session) -> crate::Result<Vec<SegmentMeta>> {
         match crate::txn::current(state.config()) {

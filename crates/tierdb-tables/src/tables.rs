@@ -49,6 +49,9 @@ pub struct Tables {
     pub(crate) sequences: crate::rows::sequence::Sequences,
     /// Catalog commits made by this process (see [`Tables::generation`]).
     generation: std::sync::atomic::AtomicU64,
+    /// Small-segment merges (`merge.rs`).
+    merge: Arc<crate::merge::MergeState>,
+    pub merge_policy: crate::merge::MergePolicy,
 }
 
 impl std::fmt::Debug for Tables {
@@ -82,7 +85,13 @@ impl Tables {
             rows: Default::default(),
             sequences: Default::default(),
             generation: Default::default(),
+            merge: Default::default(),
+            merge_policy: Default::default(),
         }
+    }
+
+    pub(crate) fn merge_state(&self) -> &Arc<crate::merge::MergeState> {
+        &self.merge
     }
 
     pub fn name(&self) -> &str {
@@ -498,6 +507,7 @@ impl Tables {
             }
         }
         self.discard(&unused).await;
+        self.merge.committed(&writes);
         Ok(writes)
     }
 
@@ -611,6 +621,33 @@ impl Tables {
             self.commit_catalog(&kv, b).await?;
         }
         Ok(plan)
+    }
+
+    /// The cheap part of VACUUM, run after segment merges: deletes only files the catalog
+    /// retired (replaced or dropped) at least `retain` ago, found from their retirement
+    /// records without listing the store. Returns how many were deleted.
+    pub async fn vacuum_retired(&self, retain: std::time::Duration) -> Result<usize> {
+        let kv = self.kv_writer()?.clone();
+        let _guard = self.commit_lock.lock().await;
+        let now = tierdb_kv::lease::now_ms();
+        let retain_ms = u64::try_from(retain.as_millis()).unwrap_or(u64::MAX);
+        let old: Vec<String> = catalog::list_retired(self.reader.as_ref())
+            .await?
+            .into_iter()
+            .filter(|r| now.saturating_sub(r.retired_ms) >= retain_ms)
+            .map(|r| r.path)
+            .collect();
+        let mut b = CatalogBatch::default();
+        for path in &old {
+            match self.store.delete(&Path::from(path.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => b.forget_retired(path),
+                Err(e) => return Err(TableError::Store(e)),
+            }
+        }
+        if !b.batch.is_empty() {
+            self.commit_catalog(&kv, b).await?;
+        }
+        Ok(old.len())
     }
 
     /// Deletes segment files that no commit references (an aborted load's, a dropped

@@ -146,6 +146,7 @@ impl Transaction {
             let mut writes = self.writes.lock();
             let at = at.min(writes.len());
             let tail = writes.split_off(at);
+            tables.merge_state().release(&tail);
             tail.into_iter().flat_map(|w| w.segments).collect()
         };
         tables.discard(&undone).await;
@@ -184,6 +185,13 @@ impl Transaction {
     /// invariant 3). On failure nothing is committed. The row locks are released either way.
     pub async fn commit(&self, tables: &Tables) -> Result<()> {
         let writes = self.take();
+        let claimed = writes.clone();
+        let done = self.commit_writes(tables, writes).await;
+        tables.merge_state().release(&claimed);
+        done
+    }
+
+    async fn commit_writes(&self, tables: &Tables, writes: Vec<PendingWrite>) -> Result<()> {
         let mut rows = std::mem::take(&mut *self.rows.lock());
         if writes.is_empty() {
             return crate::rows::commit(tables, &mut rows).await;
@@ -203,7 +211,9 @@ impl Transaction {
     /// its rows and releases its row locks.
     pub async fn rollback(&self, tables: &Tables) {
         drop(std::mem::take(&mut *self.rows.lock()));
-        let written: Vec<SegmentMeta> = self.take().into_iter().flat_map(|w| w.segments).collect();
+        let writes = self.take();
+        tables.merge_state().release(&writes);
+        let written: Vec<SegmentMeta> = writes.into_iter().flat_map(|w| w.segments).collect();
         tables.discard(&written).await;
     }
 }

@@ -723,3 +723,88 @@ async fn errors_have_kinds_and_sqlstates() {
         assert_eq!((err.kind(), err.sqlstate()), (kind, code), "{sql}: {err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_row_inserts_are_merged_into_few_segments_and_no_row_changes() {
+    let (e, capacity) = engine(1000).await;
+    e.sql("CREATE TABLE s (k INT NOT NULL, v VARCHAR) ORDER BY (k)")
+        .await
+        .unwrap();
+    // Inserted out of order, one statement (one segment) each.
+    for i in 0..40 {
+        let k = (i * 17) % 40;
+        e.sql(&format!("INSERT INTO s VALUES ({k}, 'v{k}')"))
+            .await
+            .unwrap();
+    }
+    e.tables().settle().await;
+    let def = e.tables().require("s").await.unwrap();
+    let segments = e.tables().segments(&def).await.unwrap();
+    assert!(
+        segments.len() < 8,
+        "{} segments after 40 one-row inserts",
+        segments.len()
+    );
+    assert!(e.tables().segments_merged() >= 8);
+    assert_eq!(segments.iter().map(|s| s.rows).sum::<u64>(), 40);
+    let expected: Vec<Vec<String>> = (0..40)
+        .map(|k| vec![k.to_string(), format!("v{k}")])
+        .collect();
+    assert_eq!(rows(&e, "SELECT k, v FROM s ORDER BY k").await, expected);
+    // The replaced files are retired, and deleted once old enough (here: at once).
+    let files = || async {
+        use futures::TryStreamExt;
+        let listed: Vec<_> =
+            object_store::ObjectStore::list(capacity.as_ref(), Some(&"db/tables".into()))
+                .try_collect()
+                .await
+                .unwrap();
+        listed
+            .iter()
+            .filter(|m| m.location.as_ref().ends_with(".parquet"))
+            .count()
+    };
+    assert!(files().await > segments.len());
+    assert!(
+        e.tables()
+            .vacuum_retired(std::time::Duration::ZERO)
+            .await
+            .unwrap()
+            > 0
+    );
+    assert_eq!(files().await, segments.len());
+    assert_eq!(rows(&e, "SELECT k, v FROM s ORDER BY k").await, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_waits_for_a_transaction_that_rewrites_its_segments() {
+    let (e, _) = engine(1000).await;
+    let s = e.session();
+    s.sql("CREATE TABLE s (k INT NOT NULL)").await.unwrap();
+    s.sql("INSERT INTO s VALUES (0)").await.unwrap();
+    s.sql("BEGIN").await.unwrap();
+    // The transaction replaces the first segment; merges must not take it away.
+    s.sql("UPDATE s SET k = 100 WHERE k = 0").await.unwrap();
+    let other = e.new_session();
+    for i in 1..20 {
+        other
+            .sql(&format!("INSERT INTO s VALUES ({i})"))
+            .await
+            .unwrap();
+    }
+    e.tables().settle().await;
+    s.sql("COMMIT").await.unwrap();
+    assert_eq!(
+        rows(&e, "SELECT count(*), sum(k), max(k) FROM s").await,
+        vec![vec![
+            "20".to_string(),
+            (100 + (1..20).sum::<i64>()).to_string(),
+            "100".to_string()
+        ]]
+    );
+    // Now nothing holds them: the next commit's merge takes them all.
+    e.sql("INSERT INTO s VALUES (200)").await.unwrap();
+    e.tables().settle().await;
+    let def = e.tables().require("s").await.unwrap();
+    assert!(e.tables().segments(&def).await.unwrap().len() < 8);
+}

@@ -152,6 +152,8 @@ pub(crate) async fn execute(
         .downcast_ref::<RowIdTable>()
         .ok_or_else(|| TableError::Schema("the DML query lost its target".into()))?;
     let def = view.table().def().clone();
+    // No segment merge of this table commits while this runs (merge.rs invariant 2).
+    let _merges_wait = crate::merge::DmlGuard::new(tables.merge_state(), def.id);
     // Step 1: which rows.
     let stream = ctx
         .execute_logical_plan(plan)
@@ -213,7 +215,10 @@ pub(crate) async fn execute(
         removed,
     };
     match crate::txn::current(state.config()) {
-        Some(tx) => tx.push(write),
+        Some(tx) => {
+            tables.merge_state().claim(&write);
+            tx.push(write)
+        }
         // On failure commit_writes deletes the new files if nothing was committed.
         None => {
             tierdb_store::testpoint::pause_at("dml-commit");

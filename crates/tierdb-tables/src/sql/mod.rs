@@ -209,6 +209,8 @@ impl SqlEngine {
         let catalog = MemoryCatalogProvider::new();
         catalog.register_schema(SCHEMA, schema.clone())?;
         ctx.register_catalog(CATALOG, Arc::new(catalog));
+        // Small segments are merged in the engine's session (`merge.rs`).
+        crate::merge::attach(&tables, &ctx.state());
         Ok(SqlEngine {
             tables: tables.clone(),
             session: SqlSession {

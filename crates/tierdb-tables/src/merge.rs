@@ -1,0 +1,293 @@
+//! Merging small segments: one-row INSERTs each commit a segment of their own, and a table
+//! written that way would be read as thousands of tiny Parquet files (issue 26 item 7).
+//!
+//! After a commit adds segments to a columnar table (`Tables::commit_writes`), a background
+//! task (in the session the SQL engine registered, [`attach`]) checks it: if the table holds at least [`MergePolicy::min_small`] segments of fewer
+//! than [`MergePolicy::small_rows`] rows, a background task reads up to
+//! [`MergePolicy::max_rows`] rows of them (fewest rows first), writes them in the table's
+//! ingest order as new segments, and commits the new segments in place of the old ones.
+//!
+//! Invariants:
+//! 1. A merge changes no row: the new segments hold exactly the rows of the ones they
+//!    replace, in one atomic catalog commit (`Tables::commit_writes`), which fails, and
+//!    the merge with it, if any of them left the table meanwhile.
+//! 2. A merge never makes a user's statement fail: it does not commit while an UPDATE or
+//!    DELETE of the table is running in this process ([`DmlGuard`]) or while a transaction
+//!    holds a write that replaces one of its segments ([`MergeState::claim`]); it gives up
+//!    and the next commit tries again. (A REPEATABLE READ transaction that read the table
+//!    before a merge and rewrites it after can still get 40001, as after any other commit.)
+//! 3. The replaced files are retired like an UPDATE's, and deleted once no reader can still
+//!    use them: after each merge, every file retired more than [`MergePolicy::retain`] ago
+//!    (VACUUM's default) is deleted (`Tables::vacuum_retired`, no store listing).
+//! 4. `tierdb sql -c` waits for merges before it exits ([`Tables::settle`]); a merge cut
+//!    off by a crash committed nothing and its files are VACUUM's.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::execution::SessionState;
+use parking_lot::Mutex;
+
+use crate::catalog::SegmentMeta;
+use crate::error::Result;
+use crate::provider::{ScanCounters, ScanOptions, TierTable};
+use crate::tables::{PendingWrite, Tables};
+use crate::write::{sorted_plan, write_plan};
+
+/// When segments are merged.
+#[derive(Debug, Clone, Copy)]
+pub struct MergePolicy {
+    /// Segments with fewer rows are small (and with fewer than half the table's segment
+    /// size, `SegmentOptions::segment_rows`).
+    pub small_rows: u64,
+    /// A table is merged once it has this many small segments.
+    pub min_small: usize,
+    /// Rows one merge reads at most (also at most the table's segment size).
+    pub max_rows: u64,
+    /// Retired segment files older than this are deleted after a merge.
+    pub retain: std::time::Duration,
+}
+
+impl Default for MergePolicy {
+    fn default() -> Self {
+        MergePolicy {
+            small_rows: 64 << 10,
+            min_small: 8,
+            max_rows: 1 << 20,
+            retain: std::time::Duration::from_secs(600),
+        }
+    }
+}
+
+/// What merges must stay clear of, and the merges running.
+#[derive(Debug, Default)]
+pub(crate) struct MergeState {
+    /// Tables (by name) a commit added segments to since they were last considered.
+    dirty: Mutex<HashSet<String>>,
+    /// UPDATEs and DELETEs running, by table id.
+    active_dml: Mutex<HashMap<u64, usize>>,
+    /// Segment files an open transaction's pending writes replace.
+    claimed: Mutex<HashMap<String, usize>>,
+    running: Mutex<HashSet<u64>>,
+    tasks: Mutex<tokio::task::JoinSet<()>>,
+    /// The tables and the session merges run in (none: merges are off).
+    runner: Mutex<Option<(std::sync::Weak<Tables>, SessionState)>>,
+    pub(crate) merged: std::sync::atomic::AtomicU64,
+}
+
+impl MergeState {
+    pub(crate) fn committed(&self, writes: &[PendingWrite]) {
+        let mut dirty = self.dirty.lock();
+        for w in writes
+            .iter()
+            .filter(|w| !w.segments.is_empty() && w.table.primary_key.is_empty())
+        {
+            dirty.insert(w.table.name.clone());
+        }
+        drop(dirty);
+        self.spawn_due();
+    }
+
+    /// Starts a merge of every table a commit added segments to.
+    fn spawn_due(&self) {
+        let Some((tables, state)) = self.runner.lock().clone() else {
+            return;
+        };
+        let Some(tables) = tables.upgrade() else {
+            return;
+        };
+        if tables.is_read_only() {
+            return;
+        }
+        let dirty: Vec<String> = self.dirty.lock().drain().collect();
+        for name in dirty {
+            let (tables, state) = (tables.clone(), state.clone());
+            self.tasks.lock().spawn(async move {
+                if let Err(e) = merge_table(&tables, &state, &name).await {
+                    tracing::debug!(table = name, error = %e, "segment merge skipped");
+                }
+            });
+        }
+    }
+
+    /// Marks the segments `write` replaces as in use by a transaction until [`Self::release`].
+    pub(crate) fn claim(&self, write: &PendingWrite) {
+        let mut claimed = self.claimed.lock();
+        for s in &write.removed {
+            *claimed.entry(s.path.clone()).or_default() += 1;
+        }
+    }
+
+    pub(crate) fn release(&self, writes: &[PendingWrite]) {
+        let mut claimed = self.claimed.lock();
+        for s in writes.iter().flat_map(|w| &w.removed) {
+            if let Some(n) = claimed.get_mut(&s.path) {
+                *n -= 1;
+                if *n == 0 {
+                    claimed.remove(&s.path);
+                }
+            }
+        }
+    }
+
+    fn clear_of(&self, table: u64, segments: &[SegmentMeta]) -> bool {
+        if self.active_dml.lock().get(&table).copied().unwrap_or(0) > 0 {
+            return false;
+        }
+        let claimed = self.claimed.lock();
+        !segments.iter().any(|s| claimed.contains_key(&s.path))
+    }
+}
+
+/// Held while an UPDATE or DELETE of a table runs (invariant 2).
+pub(crate) struct DmlGuard {
+    state: Arc<MergeState>,
+    table: u64,
+}
+
+impl DmlGuard {
+    pub(crate) fn new(state: &Arc<MergeState>, table: u64) -> Self {
+        *state.active_dml.lock().entry(table).or_default() += 1;
+        DmlGuard {
+            state: state.clone(),
+            table,
+        }
+    }
+}
+
+impl Drop for DmlGuard {
+    fn drop(&mut self) {
+        let mut active = self.state.active_dml.lock();
+        if let Some(n) = active.get_mut(&self.table) {
+            *n -= 1;
+            if *n == 0 {
+                active.remove(&self.table);
+            }
+        }
+    }
+}
+
+/// Runs merges of `tables`' columnar tables in `state` (the SQL engine's session: its
+/// object store, memory pool and spill directory) from now on.
+pub fn attach(tables: &Arc<Tables>, state: &SessionState) {
+    // Only the runtime (object stores, memory pool, spill directory) and settings: the
+    // engine's catalog refers to `tables`, which would then never be dropped.
+    let state = datafusion::execution::SessionStateBuilder::new()
+        .with_config(state.config().clone())
+        .with_runtime_env(state.runtime_env().clone())
+        .build();
+    *tables.merge_state().runner.lock() = Some((Arc::downgrade(tables), state));
+}
+
+/// Merges the small segments of table `name` if it has enough (see the module doc).
+/// Returns how many segments were replaced (0: nothing to do, or another commit won).
+pub async fn merge_table(tables: &Arc<Tables>, state: &SessionState, name: &str) -> Result<usize> {
+    let policy = tables.merge_policy;
+    let Some(def) = tables.table(name).await? else {
+        return Ok(0);
+    };
+    if !def.primary_key.is_empty() {
+        return Ok(0);
+    }
+    let merge = tables.merge_state();
+    if !merge.running.lock().insert(def.id) {
+        return Ok(0); // one merge per table at a time
+    }
+    let _running = scopeguard(merge.clone(), def.id);
+    let table = TierTable::load(
+        tables.clone(),
+        def.clone(),
+        Arc::new(ScanCounters::default()),
+        ScanOptions::default(),
+    )
+    .await?;
+    // Small also next to the table's own segment size (a test's 100-row segments are full).
+    let segment_rows = tables.segment_options.segment_rows.max(1) as u64;
+    let small_rows = policy.small_rows.min(segment_rows / 2);
+    let mut small: Vec<&SegmentMeta> = table
+        .segments()
+        .iter()
+        .filter(|s| s.rows < small_rows)
+        .collect();
+    if small.len() < policy.min_small.max(2) {
+        return Ok(0);
+    }
+    small.sort_by_key(|s| (s.rows, s.id));
+    let mut rows = 0;
+    let picked: Vec<&SegmentMeta> = small
+        .into_iter()
+        .take_while(|s| {
+            rows += s.rows;
+            rows <= policy.max_rows.min(segment_rows)
+        })
+        .collect();
+    if picked.len() < 2 || !merge.clear_of(def.id, &owned(&picked)) {
+        return Ok(0);
+    }
+    let all: Vec<usize> = (0..def.columns.len()).collect();
+    let exec = table.segments_exec(state, picked.clone(), 1, Some(&all), None, None)?;
+    let task = Arc::new(datafusion::execution::TaskContext::from(state));
+    let written = write_plan(tables, &def, sorted_plan(&def, exec)?, task, &|_| {}).await?;
+    let removed = owned(&picked);
+    // Worth a commit only if it at least halves the segments (a partitioned table's small
+    // segments of different partition values cannot become one).
+    if written.len() * 2 > removed.len() || !merge.clear_of(def.id, &removed) {
+        tables.discard(&written).await;
+        return Ok(0);
+    }
+    let n = removed.len();
+    tables
+        .commit_writes(vec![PendingWrite {
+            table: def,
+            segments: written,
+            replace: false,
+            removed,
+        }])
+        .await?;
+    merge
+        .merged
+        .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    // Invariant 3: files merges (and UPDATEs) replaced long enough ago go now, so a table
+    // written by short-lived processes does not pile up files until someone runs VACUUM.
+    if let Err(e) = tables.vacuum_retired(policy.retain).await {
+        tracing::debug!(table = name, error = %e, "deleting retired segment files");
+    }
+    Ok(n)
+}
+
+fn owned(segments: &[&SegmentMeta]) -> Vec<SegmentMeta> {
+    segments.iter().map(|s| (*s).clone()).collect()
+}
+
+/// Forgets the running merge of a table when dropped.
+struct Running(Arc<MergeState>, u64);
+
+fn scopeguard(state: Arc<MergeState>, table: u64) -> Running {
+    Running(state, table)
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.lock().remove(&self.1);
+    }
+}
+
+impl Tables {
+    /// Waits for the segment merges this process started (invariant 4).
+    pub async fn settle(&self) {
+        loop {
+            let mut tasks = std::mem::take(&mut *self.merge_state().tasks.lock());
+            if tasks.is_empty() {
+                return;
+            }
+            while tasks.join_next().await.is_some() {}
+        }
+    }
+
+    /// Segments replaced by merges in this process.
+    pub fn segments_merged(&self) -> u64 {
+        self.merge_state()
+            .merged
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
