@@ -122,3 +122,62 @@ async fn a_full_log_with_the_store_down_fails_in_bounded_time() {
     );
     store.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_full_cache_device_puts_and_deletes_go_direct_after_a_barrier() {
+    let cache = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store =
+        TieredStore::with_capacity(inner.clone(), "memory://dev".into(), options(cache.path()))
+            .await
+            .unwrap();
+    store.put(&Path::from("a"), bytes(1)).await.unwrap();
+    store.put(&Path::from("gone"), bytes(2)).await.unwrap();
+    store.simulate_full_log_device(true);
+    // Neither fails: each runs a barrier (which cannot append its clean mark, and deletes
+    // the uploaded segments instead), then writes to the capacity store directly.
+    store.put(&Path::from("a"), bytes(3)).await.unwrap();
+    store.delete(&Path::from("gone")).await.unwrap();
+    let direct = inner
+        .get(&Path::from("a"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(direct[0], 3);
+    assert!(matches!(
+        inner.head(&Path::from("gone")).await,
+        Err(object_store::Error::NotFound { .. })
+    ));
+    // A crash now: nothing in the log may bring back the old versions.
+    store.abandon().await;
+    drop(store);
+    let store =
+        TieredStore::with_capacity(inner.clone(), "memory://dev".into(), options(cache.path()))
+            .await
+            .unwrap();
+    store.flush().await.unwrap();
+    assert_eq!(
+        store
+            .get(&Path::from("a"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()[0],
+        3
+    );
+    assert!(store.head(&Path::from("gone")).await.is_err());
+    assert_eq!(
+        inner
+            .get(&Path::from("a"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()[0],
+        3
+    );
+    store.close().await.unwrap();
+}

@@ -364,6 +364,15 @@ impl TieredStore {
         }
     }
 
+    /// Fault injection (tests, torture): while `full`, every append to the write-back log
+    /// fails as on a full cache device (ENOSPC). No effect without a log.
+    #[doc(hidden)]
+    pub fn simulate_full_log_device(&self, full: bool) {
+        if let Some(log) = &self.inner.log {
+            log.simulate_full_device(full);
+        }
+    }
+
     pub fn stats(&self) -> TierStats {
         let i = &self.inner;
         let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
@@ -505,9 +514,18 @@ impl Inner {
 
     async fn delete_one(&self, location: &Path) -> object_store::Result<()> {
         if let (WriteMode::WriteBack, Some(log)) = (self.options.write_mode, &self.log) {
-            log.delete(location).await?;
-            self.forget(location);
-            return Ok(());
+            match log.delete(location).await {
+                Ok(()) => {
+                    self.forget(location);
+                    return Ok(());
+                }
+                // The same fallback as a put's: delete directly, after a barrier, so that
+                // no older logged version can be uploaded over the deletion later.
+                Err(e) if e.log_is_full() => {
+                    tracing::warn!(path = %location, error = %e, "write-back log full; deleting directly");
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         self.barrier_if_needed().await?;
         bump(&self.counters.deletes, 1);

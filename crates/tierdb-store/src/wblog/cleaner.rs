@@ -370,10 +370,16 @@ fn lose_create_race(shared: &Shared, state: &mut super::State, job: &Job) {
 /// Deletes log segments whose records are all uploaded, oldest first.
 async fn trim(ctx: &CleanerCtx) {
     let segments = ctx.shared.state.lock().take_trimmable();
+    delete_segments(&ctx.dir, segments).await;
+}
+
+/// Deletes `segments` (taken from the state with `take_trimmable`), oldest first, then
+/// syncs the directory.
+pub(crate) async fn delete_segments(dir: &std::path::Path, segments: Vec<Arc<super::Segment>>) {
     if segments.is_empty() {
         return;
     }
-    let dir = ctx.dir.clone();
+    let dir = dir.to_path_buf();
     let result = tokio::task::spawn_blocking(move || {
         for segment in &segments {
             if let Err(e) = std::fs::remove_file(&segment.path) {

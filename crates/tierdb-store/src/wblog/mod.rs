@@ -88,6 +88,8 @@ struct RecInfo {
 struct SegState {
     segment: Arc<Segment>,
     outstanding: u64,
+    /// The seq of the first data record in it that was not already clean at replay.
+    first_seq: Option<u64>,
 }
 
 /// Progress visible to waiters.
@@ -143,6 +145,7 @@ impl State {
             SegState {
                 segment,
                 outstanding: 0,
+                first_seq: None,
             },
         );
     }
@@ -193,6 +196,7 @@ impl State {
         );
         if let Some(seg) = self.segments.get_mut(&entry.segment.id) {
             seg.outstanding += 1;
+            seg.first_seq.get_or_insert(entry.seq);
         }
         if entry.kind == RecordKind::Create {
             // Creates are not in `ready`: the cleaner takes them from `creates`, in order.
@@ -290,6 +294,8 @@ pub(crate) struct Shared {
     work: Notify,
     status: watch::Sender<Status>,
     stats: LogCounters,
+    /// Fault injection: every append fails as on a full device (ENOSPC) while set.
+    pub(crate) device_full: std::sync::atomic::AtomicBool,
 }
 
 /// Write-back statistics.
@@ -374,6 +380,7 @@ impl WbLog {
             work: Notify::new(),
             status,
             stats: LogCounters::default(),
+            device_full: Default::default(),
         });
         let mut replayed_bytes = 0u64;
         {
@@ -673,10 +680,47 @@ impl WbLog {
             status.changed().await.map_err(|_| Error::Closed)?;
         }
         if self.shared.state.lock().clean_mark < target {
-            self.append(RecordKind::Clean, String::new(), Vec::new(), target, 0)
-                .await?;
+            match self
+                .append(RecordKind::Clean, String::new(), Vec::new(), target, 0)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.log_is_full() => self.clean_by_trimming(target, e).await?,
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
+    }
+
+    /// Invariant 5 on a full device, where no clean mark can be appended: the writer started
+    /// a new segment when an append failed there (`writer.rs`), so once every record up to
+    /// `target` is uploaded the segments holding them can all be deleted, and a replay then
+    /// finds none of them to re-upload. Fails with `full` if a segment holding such a record
+    /// must stay (it is still the active one, or also holds a newer record not uploaded).
+    async fn clean_by_trimming(&self, target: u64, full: Error) -> Result<()> {
+        let segments = self.shared.state.lock().take_trimmable();
+        cleaner::delete_segments(&self.dir, segments).await;
+        let mut state = self.shared.state.lock();
+        if state
+            .segments
+            .values()
+            .all(|s| s.first_seq.is_none_or(|first| first > target))
+        {
+            // As good as a clean mark: no replay can find those records.
+            state.clean_mark = state.clean_mark.max(target);
+            tracing::info!(
+                upto = target,
+                "write-back log device full: uploaded segments deleted instead of a clean mark"
+            );
+            Ok(())
+        } else {
+            Err(full)
+        }
+    }
+
+    /// Fault injection: while `full`, every append fails as on a full device (ENOSPC).
+    pub fn simulate_full_device(&self, full: bool) {
+        self.shared.device_full.store(full, Ordering::Release);
     }
 
     /// Drains the log and stops its tasks. Pending data stays durable in the log if the

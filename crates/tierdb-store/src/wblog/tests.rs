@@ -309,6 +309,73 @@ async fn clean_mark_keeps_replay_from_undoing_a_direct_write() {
 }
 
 #[tokio::test]
+async fn on_a_full_device_a_barrier_deletes_uploaded_segments_instead_of_a_clean_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
+    let path = Path::from("manifest");
+    log.put(&path, vec![Bytes::from_static(b"old")])
+        .await
+        .unwrap();
+    // The device fills up: the next append fails as ENOSPC, and so would a clean mark.
+    log.simulate_full_device(true);
+    let err = log
+        .put(&Path::from("other"), vec![Bytes::from_static(b"x")])
+        .await
+        .unwrap_err();
+    assert!(err.log_is_full(), "{err}");
+    // The tiered store's fallback: a barrier, then a direct write. The barrier must not
+    // fail for want of room for its clean mark.
+    log.barrier().await.unwrap();
+    assert!(!log.needs_barrier());
+    capacity
+        .put(&path, PutPayload::from_static(b"new"))
+        .await
+        .unwrap();
+    assert_eq!(
+        list_segments(dir.path()).unwrap().len(),
+        1,
+        "only the new, empty segment is left"
+    );
+    drop(log); // crash: no clean mark was written, but no segment holds "old" any more
+    let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
+    assert!(log.lookup(&path).is_none(), "nothing to replay");
+    log.barrier().await.unwrap();
+    assert_eq!(
+        capacity.get(&path).await.unwrap().bytes().await.unwrap(),
+        Bytes::from_static(b"new")
+    );
+}
+
+#[tokio::test]
+async fn on_a_full_device_a_barrier_that_cannot_stand_in_for_a_clean_mark_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let capacity = broken(inner.clone());
+    let log = WbLog::open(dir.path(), options(), capacity.clone(), noop()).unwrap();
+    log.put(&Path::from("a"), vec![Bytes::from_static(b"1")])
+        .await
+        .unwrap();
+    log.simulate_full_device(true);
+    // Uploads fail: the barrier reports that, never a success it cannot stand behind.
+    assert!(log.barrier().await.is_err());
+    capacity.set_config(FaultConfig::default());
+    log.barrier().await.unwrap();
+    log.simulate_full_device(false);
+    log.close().await.unwrap();
+    assert_eq!(
+        inner
+            .get(&Path::from("a"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+        Bytes::from_static(b"1")
+    );
+}
+
+#[tokio::test]
 async fn writers_wait_at_the_dirty_cap_and_flush_reports_failing_uploads() {
     let dir = tempfile::tempdir().unwrap();
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());

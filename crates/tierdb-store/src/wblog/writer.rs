@@ -105,7 +105,17 @@ impl Writer {
         let start_offset = self.offset;
         let first_seq = self.next_seq;
         let mut placed = Vec::with_capacity(batch.len());
+        let device_full = self
+            .shared
+            .device_full
+            .load(std::sync::atomic::Ordering::Acquire);
         let mut write = || -> std::io::Result<()> {
+            if device_full {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    "No space left on device (simulated)",
+                ));
+            }
             for (i, req) in batch.iter().enumerate() {
                 let seq = first_seq + i as u64;
                 let head =
@@ -138,6 +148,11 @@ impl Writer {
                 self.poisoned = Some(format!(
                     "write failed ({e}) and could not be cut back ({cut_err})"
                 ));
+            } else if e.kind() == std::io::ErrorKind::StorageFull && start_offset > 0 {
+                // The device is full: start a new (empty) segment, so that once this one's
+                // records are uploaded it can be deleted, which frees room and lets a
+                // barrier stand in for the clean mark it cannot append (mod.rs invariant 5).
+                self.roll();
             }
             let err = self.poisoned.clone().map_or_else(
                 || Error::io("cannot append to write-back log", &self.active.path, e),
