@@ -199,6 +199,10 @@ def test_other_engines_read_tables_from_the_bucket(tmp_path, where):
     sql(db, "INSERT INTO m VALUES (30000, NULL, NULL, NULL, NULL, NULL, NULL)")
     sql(db, "UPDATE m SET name = 'changed' WHERE id % 10 = 0")
     sql(db, "DELETE FROM m WHERE id % 7 = 0")
+    # One-row INSERTs, a version each (and segment merges): past versions 10 and 20, so the
+    # readers start from tierdb's checkpoints.
+    for i in range(16):
+        sql(db, f"INSERT INTO m VALUES ({40000 + i}, 'one', 1.25, DATE '2024-02-01', true, 0.5, {i})")
     expected = tmp_path / "expected.csv"
     expected.write_text(sql(db, "SELECT * FROM m").stdout)
     if where == "local":
@@ -209,7 +213,9 @@ def test_other_engines_read_tables_from_the_bucket(tmp_path, where):
         [table_id] = set(re.findall(r"(?:\s|/)tables/(\d+)/_delta_log/", listing))
         uri = f"{db}/tables/{table_id}"
     rows = len(expected.read_text().splitlines()) - 1
-    assert rows == 20000 - 20000 // 7 + 1
+    assert rows == 20000 - 20000 // 7 + 1 + 16
+    listing = tierdb("store", "ls", db).stdout
+    assert ".checkpoint.parquet" in listing, listing
     out = check_readers(uri, expected, engines)
     assert f"{rows} rows, equal to" in out, out
     sql(db, "DROP TABLE m")

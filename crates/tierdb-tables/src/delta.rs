@@ -20,8 +20,9 @@
 //! here: `python/tests/test_scale.py` reads tables with DuckDB's delta extension and with
 //! `deltalake` (delta-rs).
 //!
-//! Not written: checkpoints (readers replay every JSON version: fine for thousands of
-//! commits, slower past that), column statistics other than row and null counts.
+//! Every tenth version is also a checkpoint, and log files older checkpoints cover are
+//! deleted (`delta_checkpoint.rs`), so the log a reader replays stays short. Not written:
+//! column statistics other than row and null counts.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -51,6 +52,8 @@ struct LogState {
     version: Option<u64>,
     /// Files (relative to the table directory) of that version.
     files: BTreeSet<String>,
+    /// The `metaData` id of the table (a checkpoint repeats it).
+    meta_id: Option<String>,
 }
 
 fn version_path(dir: &str, version: u64) -> Path {
@@ -87,24 +90,42 @@ fn schema_string(def: &TableDef) -> String {
     json!({"type": "struct", "fields": fields}).to_string()
 }
 
-/// Reads the log of the table at `dir`: every version in order, replayed.
+/// Reads the log of the table at `dir`: its newest checkpoint, then every later version
+/// in order, replayed.
 async fn read_log(store: &dyn ObjectStore, dir: &str) -> Result<LogState> {
     let prefix = Path::from(format!("{dir}/_delta_log"));
-    let mut versions: Vec<(u64, Path)> = store
-        .list(Some(&prefix))
-        .try_filter_map(|m| async move {
-            let name = m.location.filename().unwrap_or_default().to_string();
-            let v = name
-                .strip_suffix(".json")
-                .filter(|n| n.len() == 20)
-                .and_then(|n| n.parse::<u64>().ok());
-            Ok(v.map(|v| (v, m.location)))
-        })
-        .try_collect()
-        .await?;
+    let listed: Vec<object_store::ObjectMeta> = store.list(Some(&prefix)).try_collect().await?;
+    let mut versions: Vec<(u64, Path)> = Vec::new();
+    let mut checkpoint: Option<(u64, Path)> = None;
+    for m in listed {
+        let name = m.location.filename().unwrap_or_default().to_string();
+        if let Some(v) = crate::delta_checkpoint::checkpoint_version(&name) {
+            if checkpoint.as_ref().is_none_or(|(c, _)| v > *c) {
+                checkpoint = Some((v, m.location));
+            }
+            continue;
+        }
+        let v = name
+            .strip_suffix(".json")
+            .filter(|n| n.len() == 20)
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(v) = v {
+            versions.push((v, m.location));
+        }
+    }
     versions.sort();
     let mut state = LogState::default();
+    if let Some((v, path)) = checkpoint {
+        let bytes = store.get(&path).await?.bytes().await?;
+        let d = crate::delta_checkpoint::decode(bytes, path.as_ref())?;
+        state.files = d.files;
+        state.meta_id = d.meta_id;
+        state.version = Some(v);
+    }
     for (v, path) in versions {
+        if state.version.is_some_and(|c| v <= c) {
+            continue;
+        }
         let bytes = store.get(&path).await?.bytes().await?;
         let text = std::str::from_utf8(&bytes).map_err(|e| damaged(&path, e.to_string()))?;
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -115,6 +136,9 @@ async fn read_log(store: &dyn ObjectStore, dir: &str) -> Result<LogState> {
             }
             if let Some(p) = action.pointer("/remove/path").and_then(Value::as_str) {
                 state.files.remove(p);
+            }
+            if let Some(id) = action.pointer("/metaData/id").and_then(Value::as_str) {
+                state.meta_id = Some(id.to_string());
             }
         }
         state.version = Some(v);
@@ -127,6 +151,44 @@ fn damaged(path: &Path, reason: String) -> TableError {
         key: path.to_string(),
         reason: format!("not a Delta log version: {reason}"),
     }
+}
+
+/// The `protocol` and `metaData` actions of `def`'s log (metadata id `id`).
+fn protocol_and_metadata(def: &TableDef, id: &str) -> (Value, Value) {
+    // TIMESTAMP (timestamp_ntz) is a table feature of Delta's protocol 3/7.
+    let protocol = if def.columns.iter().any(|c| c.ty == ColumnType::Timestamp) {
+        json!({"protocol": {
+            "minReaderVersion": 3, "minWriterVersion": 7,
+            "readerFeatures": ["timestampNtz"], "writerFeatures": ["timestampNtz"],
+        }})
+    } else {
+        json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}})
+    };
+    let meta = json!({"metaData": {
+        "id": id,
+        "name": def.name,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": schema_string(def),
+        "partitionColumns": [],
+        "configuration": {},
+        "createdTime": def.created_ms,
+    }});
+    (protocol, meta)
+}
+
+/// The `add` action of segment `s` at `rel` (its path in the table directory).
+fn add_action(def: &TableDef, s: &SegmentMeta, rel: &str, now: u64, data_change: bool) -> Value {
+    let nulls: serde_json::Map<String, Value> = def
+        .columns
+        .iter()
+        .zip(&s.columns)
+        .map(|(c, st)| (c.name.clone(), json!(st.nulls)))
+        .collect();
+    let stats = json!({"numRecords": s.rows, "nullCount": nulls}).to_string();
+    json!({"add": {
+        "path": rel, "partitionValues": {}, "size": s.bytes,
+        "modificationTime": now, "dataChange": data_change, "stats": stats,
+    }})
 }
 
 /// Appends the version that brings the log of `def` from `state` to `segments` (none for a
@@ -150,17 +212,7 @@ async fn append(
         };
         files.insert(rel.to_string());
         if !state.files.contains(rel) {
-            let nulls: serde_json::Map<String, Value> = def
-                .columns
-                .iter()
-                .zip(&s.columns)
-                .map(|(c, st)| (c.name.clone(), json!(st.nulls)))
-                .collect();
-            let stats = json!({"numRecords": s.rows, "nullCount": nulls}).to_string();
-            actions.push(json!({"add": {
-                "path": rel, "partitionValues": {}, "size": s.bytes,
-                "modificationTime": now, "dataChange": true, "stats": stats,
-            }}));
+            actions.push(add_action(def, s, rel, now, true));
         }
     }
     for gone in state.files.difference(&files) {
@@ -170,29 +222,13 @@ async fn append(
         }}));
     }
     let version = state.version.map_or(0, |v| v + 1);
+    let mut meta_id = state.meta_id.clone();
     if state.version.is_none() {
-        // TIMESTAMP (timestamp_ntz) is a table feature of Delta's protocol 3/7.
-        let protocol = if def.columns.iter().any(|c| c.ty == ColumnType::Timestamp) {
-            json!({"protocol": {
-                "minReaderVersion": 3, "minWriterVersion": 7,
-                "readerFeatures": ["timestampNtz"], "writerFeatures": ["timestampNtz"],
-            }})
-        } else {
-            json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}})
-        };
+        let id = uuid::Uuid::new_v4().to_string();
+        let (protocol, meta) = protocol_and_metadata(def, &id);
         actions.insert(0, protocol);
-        actions.insert(
-            1,
-            json!({"metaData": {
-                "id": uuid::Uuid::new_v4().to_string(),
-                "name": def.name,
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": schema_string(def),
-                "partitionColumns": [],
-                "configuration": {},
-                "createdTime": def.created_ms,
-            }}),
-        );
+        actions.insert(1, meta);
+        meta_id = Some(id);
     } else if actions.is_empty() {
         return Ok(Some(state.clone()));
     }
@@ -222,6 +258,7 @@ async fn append(
         Ok(_) => Ok(Some(LogState {
             version: Some(version),
             files,
+            meta_id,
         })),
         Err(object_store::Error::AlreadyExists { .. }) => Ok(None),
         Err(e) => Err(e.into()),
@@ -261,8 +298,21 @@ impl DeltaLogs {
             };
             match append(store, root, def, &state, segments).await? {
                 Some(next) => {
+                    let wrote = next.version != state.version;
+                    let version = next.version.unwrap_or(0);
+                    let meta_id = next.meta_id.clone();
                     states.insert(def.id, next);
                     tiered.log_creates_in(&Path::from(format!("{dir}/_delta_log")));
+                    if wrote
+                        && version > 0
+                        && version % crate::delta_checkpoint::CHECKPOINT_INTERVAL == 0
+                        && let Err(e) =
+                            checkpoint(store, root, def, version, meta_id, segments).await
+                    {
+                        // The log stays correct without it: readers replay the JSON versions.
+                        tracing::warn!(table = %def.name, version, error = %e,
+                            "cannot write a Delta checkpoint");
+                    }
                     return Ok(());
                 }
                 None => {
@@ -275,4 +325,71 @@ impl DeltaLogs {
             def.name
         )))
     }
+}
+
+/// Writes the checkpoint of `version` (the table then holds `segments`), then deletes the
+/// log files the previous checkpoint covers that are old enough (`delta_checkpoint.rs`).
+async fn checkpoint(
+    store: &dyn ObjectStore,
+    root: &str,
+    def: &TableDef,
+    version: u64,
+    meta_id: Option<String>,
+    segments: &[SegmentMeta],
+) -> Result<()> {
+    let dir = table_root(root, def.id);
+    let prefix = format!("{dir}/");
+    let now = tierdb_kv::lease::now_ms();
+    let id = meta_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let (protocol, meta) = protocol_and_metadata(def, &id);
+    let mut actions = vec![protocol, meta];
+    for s in segments {
+        if let Some(rel) = s.path.strip_prefix(&prefix) {
+            actions.push(add_action(def, s, rel, now, false));
+        }
+    }
+    let bytes = crate::delta_checkpoint::encode(&actions)?;
+    let log = format!("{dir}/_delta_log");
+    let path = Path::from(format!(
+        "{log}/{}",
+        crate::delta_checkpoint::checkpoint_name(version)
+    ));
+    let opts = PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    match store.put_opts(&path, PutPayload::from(bytes), opts).await {
+        Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // Files the previous checkpoint covers, old enough that no reader still uses them.
+    let listed: Vec<object_store::ObjectMeta> =
+        store.list(Some(&Path::from(log))).try_collect().await?;
+    let name = |m: &object_store::ObjectMeta| m.location.filename().unwrap_or_default().to_string();
+    let Some(previous) = listed
+        .iter()
+        .filter_map(|m| crate::delta_checkpoint::checkpoint_version(&name(m)))
+        .filter(|&v| v < version)
+        .max()
+    else {
+        return Ok(());
+    };
+    let retention = chrono::Duration::from_std(crate::delta_checkpoint::LOG_RETENTION)
+        .unwrap_or(chrono::Duration::MAX);
+    let cutoff = chrono::Utc::now() - retention;
+    for m in &listed {
+        let n = name(m);
+        let v = crate::delta_checkpoint::checkpoint_version(&n).or_else(|| {
+            n.strip_suffix(".json")
+                .filter(|n| n.len() == 20)
+                .and_then(|n| n.parse::<u64>().ok())
+        });
+        if v.is_some_and(|v| v < previous) && m.last_modified < cutoff {
+            match store.delete(&m.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
 }

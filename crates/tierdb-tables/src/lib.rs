@@ -26,6 +26,7 @@ pub mod catalog;
 pub mod checked;
 pub mod checksum;
 pub mod delta;
+mod delta_checkpoint;
 pub mod dfstore;
 pub mod distributed;
 mod dml;
