@@ -38,6 +38,7 @@ mod encode;
 mod errors;
 mod extended;
 mod floats;
+pub mod fuzzing;
 mod parse;
 mod show;
 mod simple;

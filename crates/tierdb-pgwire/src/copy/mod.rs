@@ -2,7 +2,7 @@
 //! path (sorted on ingest; one commit, or the session's transaction); `COPY … TO STDOUT`
 //! streams a query's rows out. The data formats are in [`format`].
 
-mod format;
+pub(crate) mod format;
 
 use std::fmt::Debug;
 use std::sync::Arc;

@@ -281,6 +281,48 @@ fn parse_decimal_rounded(text: &str, precision: u8, scale: i8) -> Option<i128> {
     (rounded.abs() < limit).then_some(rounded)
 }
 
+/// The field decoders of every column type over the records of `data`, read as the import
+/// reads a spooled COPY (quoted CSV, `COPY_NULL` for NULL): the fuzz entry point
+/// `crate::fuzzing::copy_fields`. Returns how many fields decoded.
+pub(crate) fn decode_all_types(data: &[u8]) -> usize {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .quoting(true)
+        .from_reader(data);
+    let mut cols: Vec<Col> = crate::fuzzing::TYPES
+        .iter()
+        .filter_map(|&ty| Col::new(ty, 4).ok())
+        .collect();
+    let mut decoded = 0;
+    let mut record = csv::ByteRecord::new();
+    // Bounded: a record is at most the input, and at most 10,000 records are looked at.
+    for _ in 0..10_000 {
+        match reader.read_byte_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) | Err(_) => break,
+        }
+        for field in record.iter() {
+            if field == [super::COPY_NULL] {
+                continue;
+            }
+            let Ok(s) = std::str::from_utf8(field) else {
+                continue;
+            };
+            for col in &mut cols {
+                if let Ok(v) = col.parse(s) {
+                    col.append(&v);
+                    decoded += 1;
+                }
+            }
+        }
+    }
+    for col in &mut cols {
+        drop(col.finish());
+    }
+    decoded
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -650,5 +650,6 @@ impl<R: Read> Read for CountingReader<R> {
 }
 
 mod fields;
+pub(crate) use fields::decode_all_types;
 
 use fields::parse_chunk;
