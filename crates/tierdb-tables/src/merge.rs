@@ -12,7 +12,7 @@
 //!    replace, in one atomic catalog commit (`Tables::commit_writes`), which fails, and
 //!    the merge with it, if any of them left the table meanwhile.
 //! 2. A merge never makes a user's statement fail: it does not commit while an UPDATE or
-//!    DELETE of the table is running in this process ([`DmlGuard`]) or while a transaction
+//!    DELETE of the table is being planned or run in this process ([`DmlGuard`]) or while a transaction
 //!    holds a write that replaces one of its segments ([`MergeState::claim`]); it gives up
 //!    and the next commit tries again. (A REPEATABLE READ transaction that read the table
 //!    before a merge and rewrites it after can still get 40001, as after any other commit.)
@@ -64,8 +64,8 @@ impl Default for MergePolicy {
 pub(crate) struct MergeState {
     /// Tables (by name) a commit added segments to since they were last considered.
     dirty: Mutex<HashSet<String>>,
-    /// UPDATEs and DELETEs running, by table id.
-    active_dml: Mutex<HashMap<u64, usize>>,
+    /// UPDATEs and DELETEs being planned or run, by table name.
+    active_dml: Mutex<HashMap<String, usize>>,
     /// Segment files an open transaction's pending writes replace.
     claimed: Mutex<HashMap<String, usize>>,
     running: Mutex<HashSet<u64>>,
@@ -130,8 +130,8 @@ impl MergeState {
         }
     }
 
-    fn clear_of(&self, table: u64, segments: &[SegmentMeta]) -> bool {
-        if self.active_dml.lock().get(&table).copied().unwrap_or(0) > 0 {
+    fn clear_of(&self, table: &str, segments: &[SegmentMeta]) -> bool {
+        if self.active_dml.lock().get(table).copied().unwrap_or(0) > 0 {
             return false;
         }
         let claimed = self.claimed.lock();
@@ -139,19 +139,32 @@ impl MergeState {
     }
 }
 
-/// Held while an UPDATE or DELETE of a table runs (invariant 2).
+/// Held while an UPDATE or DELETE of a table is planned and run (invariant 2).
 pub(crate) struct DmlGuard {
     state: Arc<MergeState>,
-    table: u64,
+    table: String,
 }
 
 impl DmlGuard {
-    pub(crate) fn new(state: &Arc<MergeState>, table: u64) -> Self {
-        *state.active_dml.lock().entry(table).or_default() += 1;
+    pub(crate) fn new(state: &Arc<MergeState>, table: &str) -> Self {
+        *state
+            .active_dml
+            .lock()
+            .entry(table.to_string())
+            .or_default() += 1;
         DmlGuard {
             state: state.clone(),
-            table,
+            table: table.to_string(),
         }
+    }
+
+    /// The guard of the table an UPDATE or DELETE statement names (none for others).
+    pub(crate) fn of_statement(
+        tables: &Tables,
+        stmt: &datafusion::sql::parser::Statement,
+    ) -> Option<Self> {
+        let table = crate::dml::target_table(stmt)?;
+        Some(Self::new(tables.merge_state(), &table))
     }
 }
 
@@ -221,7 +234,7 @@ pub async fn merge_table(tables: &Arc<Tables>, state: &SessionState, name: &str)
             rows <= policy.max_rows.min(segment_rows)
         })
         .collect();
-    if picked.len() < 2 || !merge.clear_of(def.id, &owned(&picked)) {
+    if picked.len() < 2 || !merge.clear_of(&def.name, &owned(&picked)) {
         return Ok(0);
     }
     let all: Vec<usize> = (0..def.columns.len()).collect();
@@ -231,7 +244,7 @@ pub async fn merge_table(tables: &Arc<Tables>, state: &SessionState, name: &str)
     let removed = owned(&picked);
     // Worth a commit only if it at least halves the segments (a partitioned table's small
     // segments of different partition values cannot become one).
-    if written.len() * 2 > removed.len() || !merge.clear_of(def.id, &removed) {
+    if written.len() * 2 > removed.len() || !merge.clear_of(&def.name, &removed) {
         tables.discard(&written).await;
         return Ok(0);
     }

@@ -61,6 +61,12 @@ use crate::tables::{PendingWrite, Tables};
 use crate::write::{sorted_plan, write_plan, write_stream};
 
 /// The command tag's verb of an UPDATE or DELETE.
+/// The table an UPDATE or DELETE names, as the catalog knows it (`None` for any other
+/// statement, or one it cannot read).
+pub(crate) fn target_table(stmt: &DfStatement) -> Option<String> {
+    DmlTarget::parse(stmt).ok().flatten().map(|t| t.table)
+}
+
 pub(crate) fn verb(stmt: &DfStatement) -> &'static str {
     match DmlTarget::parse(stmt) {
         Ok(Some(t)) if t.kind == DmlKind::Update => "UPDATE",
@@ -153,7 +159,7 @@ pub(crate) async fn execute(
         .ok_or_else(|| TableError::Schema("the DML query lost its target".into()))?;
     let def = view.table().def().clone();
     // No segment merge of this table commits while this runs (merge.rs invariant 2).
-    let _merges_wait = crate::merge::DmlGuard::new(tables.merge_state(), def.id);
+    let _merges_wait = crate::merge::DmlGuard::new(tables.merge_state(), &def.name);
     // Step 1: which rows.
     let stream = ctx
         .execute_logical_plan(plan)

@@ -614,6 +614,8 @@ impl SqlSession {
         // Every statement that can read a view (queries, writes, CREATE TABLE … AS).
         crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
         if crate::dml::is_update_or_delete(&stmt) {
+            // No segment merge of the target commits from planning to the end (merge.rs).
+            let _merges_wait = crate::merge::DmlGuard::of_statement(&self.tables, &stmt);
             let state = self.ctx.state();
             let plan = match plan {
                 Some(p) => p,
