@@ -359,6 +359,9 @@ impl KvDb {
     /// Call [`KvDb::flush_memtable`] first where readers that skip the WAL must see
     /// everything.
     pub async fn close(&self) -> Result<()> {
+        if self.failure().is_none() && self.options.compaction {
+            self.settle_compactions().await;
+        }
         if self.failure().is_none() {
             let shape = self.info();
             let backlog = shape
@@ -396,6 +399,47 @@ impl KvDb {
             self.collect_garbage().await;
         }
         closed.and(flushed)
+    }
+
+    /// Waits, at most [`KvOptions::close_compaction_wait`], until no compaction is active:
+    /// SlateDB collects no SST newer than the oldest compaction still listed as active, so
+    /// one a short-lived writer abandoned would hold back collection until another process
+    /// finishes it. (SlateDB exports no status type: the state is read as its JSON form.)
+    async fn settle_compactions(&self) {
+        let admin = slatedb::admin::Admin::builder(
+            self.path.clone(),
+            crate::sealed::for_slatedb(&self.store),
+        )
+        .build();
+        let deadline = tokio::time::Instant::now() + self.options.close_compaction_wait;
+        loop {
+            let active = match admin.read_compactions(None).await {
+                Ok(Some(c)) => c
+                    .recent_compactions()
+                    .filter(|c| {
+                        let status = serde_json::to_value(c)
+                            .ok()
+                            .and_then(|v| v.get("status").cloned());
+                        matches!(
+                            status.as_ref().and_then(|s| s.as_str()),
+                            Some("Submitted" | "Scheduled" | "Running" | "Compacted")
+                        )
+                    })
+                    .count(),
+                Ok(None) => 0,
+                Err(e) => {
+                    tracing::debug!(db = %self.name, error = %e, "reading compactions at close");
+                    0
+                }
+            };
+            if active == 0 || tokio::time::Instant::now() >= deadline {
+                if active > 0 {
+                    tracing::debug!(db = %self.name, active, "closing with compactions running");
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// One pass of SlateDB's garbage collector over this database (errors are logged: what

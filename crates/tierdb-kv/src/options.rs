@@ -68,6 +68,9 @@ pub struct KvOptions {
     /// How old an SST no manifest or checkpoint refers to must be before it is deleted
     /// (a replica may still read one from the manifest it loaded).
     pub gc_sst_min_age: Duration,
+    /// How long a clean close waits for compactions still running (ones a short-lived writer
+    /// started) before it stops the compactor anyway.
+    pub close_compaction_wait: Duration,
 }
 
 /// How long a WAL fence object (zero bytes, one per writer open) is kept once it is below
@@ -95,6 +98,7 @@ impl Default for KvOptions {
             max_wal_replay_objects: 64,
             gc_min_age: Duration::from_secs(60),
             gc_sst_min_age: Duration::from_secs(300),
+            close_compaction_wait: Duration::from_secs(3),
         }
     }
 }
@@ -143,9 +147,23 @@ impl KvOptions {
     }
 
     pub fn settings(&self) -> slatedb::Settings {
-        let compactor_options = self
-            .compaction
-            .then(slatedb::config::CompactorOptions::default);
+        // Polls short enough that a writer living a fraction of a second can finish the
+        // compaction it started before it closes (see `KvDb::close`); SlateDB's 5 s would
+        // leave it running, and the oldest unfinished compaction holds back SST collection.
+        let compactor_options = self.compaction.then(|| {
+            let defaults = slatedb::config::CompactorOptions::default();
+            slatedb::config::CompactorOptions {
+                poll_interval: Duration::from_millis(500),
+                worker: defaults
+                    .worker
+                    .clone()
+                    .map(|w| slatedb::config::CompactionWorkerOptions {
+                        compactions_poll_interval: Duration::from_millis(200),
+                        ..w
+                    }),
+                ..defaults
+            }
+        });
         slatedb::Settings {
             flush_interval: self.background_flush,
             manifest_poll_interval: self.poll_interval,
