@@ -2,10 +2,11 @@
 //! written that way would be read as thousands of tiny Parquet files (issue 26 item 7).
 //!
 //! After a commit adds segments to a columnar table (`Tables::commit_writes`), a background
-//! task (in the session the SQL engine registered, [`attach`]) checks it: if the table holds at least [`MergePolicy::min_small`] segments of fewer
-//! than [`MergePolicy::small_rows`] rows, a background task reads up to
-//! [`MergePolicy::max_rows`] rows of them (fewest rows first), writes them in the table's
-//! ingest order as new segments, and commits the new segments in place of the old ones.
+//! task (in the session the SQL engine registered, [`attach`]) checks it: if the table
+//! holds at least [`MergePolicy::min_small`] segments of fewer than
+//! [`MergePolicy::small_rows`] rows in one size tier, it reads up to
+//! [`MergePolicy::max_rows`] rows of them, writes them in the table's ingest order as new
+//! segments, and commits the new segments in place of the old ones.
 //!
 //! Invariants:
 //! 1. A merge changes no row: the new segments hold exactly the rows of the ones they
@@ -21,6 +22,10 @@
 //!    (VACUUM's default) is deleted (`Tables::vacuum_retired`, no store listing).
 //! 4. `tierdb sql -c` waits for merges before it exits ([`Tables::settle`]); a merge cut
 //!    off by a crash committed nothing and its files are VACUUM's.
+//! 5. Only segments of one size tier (rows in [8^t, 8^(t+1))) are merged together, the
+//!    lowest tier with enough of them: a row is rewritten about once per tier (five below
+//!    64 Ki rows), not at every merge, and a table holds at most a few small segments per
+//!    tier.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -217,23 +222,20 @@ pub async fn merge_table(tables: &Arc<Tables>, state: &SessionState, name: &str)
     // Small also next to the table's own segment size (a test's 100-row segments are full).
     let segment_rows = tables.segment_options.segment_rows.max(1) as u64;
     let small_rows = policy.small_rows.min(segment_rows / 2);
-    let mut small: Vec<&SegmentMeta> = table
+    let small: Vec<&SegmentMeta> = table
         .segments()
         .iter()
         .filter(|s| s.rows < small_rows)
         .collect();
-    if small.len() < policy.min_small.max(2) {
+    let Some(mut picked) = pick(small, policy.min_small.max(2)) else {
         return Ok(0);
-    }
-    small.sort_by_key(|s| (s.rows, s.id));
+    };
+    picked.sort_by_key(|s| (s.rows, s.id));
     let mut rows = 0;
-    let picked: Vec<&SegmentMeta> = small
-        .into_iter()
-        .take_while(|s| {
-            rows += s.rows;
-            rows <= policy.max_rows.min(segment_rows)
-        })
-        .collect();
+    picked.retain(|s| {
+        rows += s.rows;
+        rows <= policy.max_rows.min(segment_rows)
+    });
     if picked.len() < 2 || !merge.clear_of(&def.name, &owned(&picked)) {
         return Ok(0);
     }
@@ -266,6 +268,21 @@ pub async fn merge_table(tables: &Arc<Tables>, state: &SessionState, name: &str)
         tracing::debug!(table = name, error = %e, "deleting retired segment files");
     }
     Ok(n)
+}
+
+/// Size tier of a segment: rows in [8^t, 8^(t+1)).
+fn tier(rows: u64) -> u32 {
+    rows.max(1).ilog(8)
+}
+
+/// The small segments of the lowest size tier that has at least `min` of them (invariant
+/// 5: merging like sizes rewrites each row once per tier, not once per merge).
+fn pick(small: Vec<&SegmentMeta>, min: usize) -> Option<Vec<&SegmentMeta>> {
+    let mut tiers: std::collections::BTreeMap<u32, Vec<&SegmentMeta>> = Default::default();
+    for s in small {
+        tiers.entry(tier(s.rows)).or_default().push(s);
+    }
+    tiers.into_values().find(|t| t.len() >= min)
 }
 
 fn owned(segments: &[&SegmentMeta]) -> Vec<SegmentMeta> {
@@ -302,5 +319,45 @@ impl Tables {
         self.merge_state()
             .merged
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn seg(id: u64, rows: u64) -> SegmentMeta {
+        SegmentMeta {
+            id,
+            path: format!("s{id}"),
+            rows,
+            bytes: rows * 10,
+            columns: Vec::new(),
+            checksums: crate::checksum::BlockSums::of(b""),
+        }
+    }
+
+    #[test]
+    fn merges_take_the_lowest_size_tier_with_enough_segments() {
+        assert_eq!(
+            (tier(0), tier(1), tier(7), tier(8), tier(63), tier(64)),
+            (0, 0, 0, 1, 1, 2)
+        );
+        // Eight 10-row segments and three 1-row ones: the 10-row tier is merged.
+        let mut all: Vec<SegmentMeta> = (0..8).map(|i| seg(i, 10)).collect();
+        all.extend((8..11).map(|i| seg(i, 1)));
+        let picked = pick(all.iter().collect(), 8).unwrap();
+        assert!(picked.iter().all(|s| s.rows == 10) && picked.len() == 8);
+        // Eight 1-row ones come first, whatever larger tiers hold.
+        all.extend((11..16).map(|i| seg(i, 1)));
+        let picked = pick(all.iter().collect(), 8).unwrap();
+        assert!(picked.iter().all(|s| s.rows == 1) && picked.len() == 8);
+        // Seven of each: nothing.
+        let few: Vec<SegmentMeta> = (0..7)
+            .map(|i| seg(i, 1))
+            .chain((7..14).map(|i| seg(i, 9)))
+            .collect();
+        assert!(pick(few.iter().collect(), 8).is_none());
     }
 }
