@@ -104,6 +104,10 @@ macro_rules! kv_read_via {
     };
 }
 
+/// The longest a close spends on what only tidies up (the memtable flush, one garbage
+/// collection pass): a close must not hang on a store that stopped answering.
+const CLOSE_EXTRA_LIMIT: Duration = Duration::from_secs(10);
+
 /// Group commit: writers append to SlateDB's WAL buffer, then one of them flushes the WAL
 /// for everyone whose write was in the buffer when the flush began.
 #[derive(Debug, Default)]
@@ -367,10 +371,25 @@ impl KvDb {
             let backlog = shape
                 .next_wal_id
                 .saturating_sub(shape.replay_after_wal_id + 1);
-            if backlog > self.options.max_wal_replay_objects
-                && let Err(e) = self.flush_memtable().await
-            {
-                tracing::warn!(db = %self.name, error = %e, "memtable flush at close");
+            if backlog > self.options.max_wal_replay_objects {
+                match tokio::time::timeout(CLOSE_EXTRA_LIMIT, self.flush_memtable()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(db = %self.name, error = %e, "memtable flush at close");
+                    }
+                    Err(_) => {
+                        // A store that stopped answering: SlateDB's close would wait for this
+                        // flush too. Every commit is in the WAL, so close as a crash would
+                        // and let the next open replay it.
+                        tracing::warn!(db = %self.name, "memtable flush at close did not finish; closing without it");
+                        self.close_without_flush().await;
+                        return self
+                            .store
+                            .flush()
+                            .await
+                            .map_err(|e| KvError::store(&self.name, e));
+                    }
+                }
             }
         }
         let heartbeat = self.heartbeat.lock().take();
@@ -413,7 +432,13 @@ impl KvDb {
         .build();
         let deadline = tokio::time::Instant::now() + self.options.close_compaction_wait;
         loop {
-            let active = match admin.read_compactions(None).await {
+            let read = tokio::time::timeout(
+                self.options.close_compaction_wait,
+                admin.read_compactions(None),
+            )
+            .await
+            .unwrap_or(Ok(None));
+            let active = match read {
                 Ok(Some(c)) => c
                     .recent_compactions()
                     .filter(|c| {
@@ -450,8 +475,19 @@ impl KvDb {
             crate::sealed::for_slatedb(&self.store),
         )
         .build();
-        if let Err(e) = admin.run_gc_once(self.options.gc_options()).await {
-            tracing::warn!(db = %self.name, error = %e, "garbage collection at close");
+        match tokio::time::timeout(
+            CLOSE_EXTRA_LIMIT,
+            admin.run_gc_once(self.options.gc_options()),
+        )
+        .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(db = %self.name, error = %e, "garbage collection at close")
+            }
+            Err(_) => {
+                tracing::warn!(db = %self.name, "garbage collection at close did not finish; left for the next pass")
+            }
         }
     }
 
