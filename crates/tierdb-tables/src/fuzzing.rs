@@ -59,3 +59,99 @@ pub fn catalog(data: &[u8]) {
 pub fn copy_fields(data: &[u8]) -> usize {
     crate::import::decode_all_types(data)
 }
+
+/// The row table every fuzzed row value is read against: one nullable column of each type
+/// of [`TYPES`], keyed by the first.
+fn row_table(columns: usize) -> TableDef {
+    TableDef {
+        id: 1,
+        name: "fuzz".into(),
+        columns: TYPES
+            .iter()
+            .take(columns)
+            .enumerate()
+            .map(|(i, &ty)| crate::catalog::ColumnDef {
+                name: format!("c{i}"),
+                ty,
+                nullable: i > 0,
+            })
+            .collect(),
+        sort_key: Vec::new(),
+        partition_key: None,
+        created_ms: 0,
+        dropped: Vec::new(),
+        primary_key: vec!["c0".into()],
+        defaults: Vec::new(),
+        indexes: Vec::new(),
+    }
+}
+
+/// `data` as a row table's value (`rows/format.rs`): its first byte picks how many of the
+/// table's columns exist (so rows written before ADD COLUMN, and rows with more columns
+/// than the table, are reached), the rest is the value. A row that decodes becomes a batch
+/// and is printed, as a scan and a query's answer use it. Must return, never panic, hang
+/// or allocate without bound: a value that does not decode is `TableError::Damaged`.
+pub fn row_value(data: &[u8]) {
+    let Some((&first, value)) = data.split_first() else {
+        return;
+    };
+    let def = row_table(1 + first as usize % TYPES.len());
+    let Ok(row) = crate::rows::format::decode_row(&def, b"fuzz", value) else {
+        return;
+    };
+    let schema = def.schema();
+    if let Ok(batch) = crate::rows::format::to_batch(&def, &schema, vec![row]) {
+        drop(
+            datafusion::arrow::util::pretty::pretty_format_batches(&[batch]).map(|t| t.to_string()),
+        );
+    }
+}
+
+/// Valid inputs for [`row_value`]: rows of the full table (every type, with and without
+/// NULLs, edge values) as the engine writes them, each after its column-count byte.
+pub fn row_value_seeds() -> Vec<Vec<u8>> {
+    use datafusion::common::ScalarValue as S;
+    let def = row_table(TYPES.len());
+    let tz = Some(crate::catalog::UTC.into());
+    let rows: Vec<Vec<S>> = vec![
+        vec![
+            S::Boolean(Some(true)),
+            S::Int16(Some(i16::MIN)),
+            S::Int32(Some(i32::MAX)),
+            S::Int64(Some(-1)),
+            S::Float32(Some(f32::NAN)),
+            S::Float64(Some(-0.0)),
+            S::Utf8(Some("text with \0 and é".into())),
+            S::Utf8(Some("abcd".into())),
+            S::Utf8(Some("x ".into())),
+            S::TimestampMicrosecond(Some(i64::MIN), None),
+            S::TimestampMicrosecond(Some(1_700_000_000_000_000), tz.clone()),
+            S::Binary(Some(vec![0, 255, 7])),
+            S::Date32(Some(-719_162)),
+            S::Decimal128(Some(-99_999_999_99), 10, 2),
+            S::Decimal128(Some(i128::MAX / 2), 38, 0),
+        ],
+        def.columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == 0 {
+                    S::Boolean(Some(false))
+                } else {
+                    S::try_from(c.ty.arrow()).unwrap_or(S::Null)
+                }
+            })
+            .collect(),
+    ];
+    let schema = def.schema();
+    let mut out = Vec::new();
+    for row in rows {
+        let Ok(batch) = crate::rows::format::to_batch(&def, &schema, vec![row]) else {
+            continue;
+        };
+        if let Ok(value) = crate::rows::format::encode_row(&def, &batch, 0) {
+            out.push([&[(TYPES.len() - 1) as u8][..], &value].concat());
+        }
+    }
+    out
+}

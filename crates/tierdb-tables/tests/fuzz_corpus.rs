@@ -80,3 +80,33 @@ fn catalog_decoding_survives_damaged_values() {
         tierdb_tables::fuzzing::catalog(&input);
     }
 }
+
+/// A row table's values (row format 1): valid rows of every type, their mutations and the
+/// kept corpus (`fuzz/corpus/row_value`) decode or are refused as damaged, never a panic.
+#[test]
+fn row_values_survive_damage() {
+    let seeds = tierdb_tables::fuzzing::row_value_seeds();
+    assert_eq!(seeds.len(), 2, "both seed rows encode");
+    // TIERDB_WRITE_FUZZ_SEEDS=1 writes them where scripts/fuzz.sh starts libFuzzer from.
+    if std::env::var_os("TIERDB_WRITE_FUZZ_SEEDS").is_some() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/row_value");
+        std::fs::create_dir_all(&dir).expect("seed folder");
+        for (i, s) in seeds.iter().enumerate() {
+            std::fs::write(dir.join(format!("row{i}")), s).expect("seed written");
+        }
+    }
+    for seed in seeds
+        .iter()
+        .cloned()
+        .chain(tierdb_testkit::mutate::seeds("row_value"))
+    {
+        tierdb_tables::fuzzing::row_value(&seed);
+        for m in mutations(&seed, 3000, 0x40) {
+            tierdb_tables::fuzzing::row_value(&m);
+        }
+    }
+    for input in corpus("row_value") {
+        tierdb_tables::fuzzing::row_value(&input);
+    }
+}
