@@ -369,32 +369,43 @@ fn lose_create_race(shared: &Shared, state: &mut super::State, job: &Job) {
 
 /// Deletes log segments whose records are all uploaded, oldest first.
 async fn trim(ctx: &CleanerCtx) {
+    let _trimming = ctx.shared.trimming.lock().await;
     let segments = ctx.shared.state.lock().take_trimmable();
-    delete_segments(&ctx.dir, segments).await;
+    if !delete_segments(&ctx.dir, segments).await {
+        // Files the state no longer lists may still be on disk: no barrier may stand a
+        // trim in for a clean mark from now on (`WbLog::clean_by_trimming`).
+        ctx.shared.untrimmed.store(true, Ordering::Release);
+    }
 }
 
 /// Deletes `segments` (taken from the state with `take_trimmable`), oldest first, then
-/// syncs the directory.
-pub(crate) async fn delete_segments(dir: &std::path::Path, segments: Vec<Arc<super::Segment>>) {
+/// syncs the directory; false if a file could not be deleted or the folder not synced.
+pub(crate) async fn delete_segments(
+    dir: &std::path::Path,
+    segments: Vec<Arc<super::Segment>>,
+) -> bool {
     if segments.is_empty() {
-        return;
+        return true;
     }
     let dir = dir.to_path_buf();
     let result = tokio::task::spawn_blocking(move || {
         for segment in &segments {
             if let Err(e) = std::fs::remove_file(&segment.path) {
                 tracing::warn!(segment = %segment.path.display(), error = %e, "cannot delete write-back log segment");
-                return;
+                return false;
             }
         }
         if let Err(e) = sync_dir(&dir) {
             tracing::warn!(error = %e, "cannot fsync the write-back log directory after trimming");
+            return false;
         }
+        true
     })
     .await;
-    if let Err(e) = result {
+    result.unwrap_or_else(|e| {
         tracing::error!(error = %e, "write-back log trim task failed");
-    }
+        false
+    })
 }
 
 /// When everything is uploaded, records that fact so a restart does not re-upload it.

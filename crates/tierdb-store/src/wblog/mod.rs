@@ -296,6 +296,12 @@ pub(crate) struct Shared {
     stats: LogCounters,
     /// Fault injection: every append fails as on a full device (ENOSPC) while set.
     pub(crate) device_full: std::sync::atomic::AtomicBool,
+    /// Held from taking trimmable segments out of the state until their files are gone:
+    /// a barrier that trims instead of writing a clean mark waits for a trim the cleaner
+    /// started, so it never reports clean while a file it no longer sees is still on disk.
+    pub(crate) trimming: tokio::sync::Mutex<()>,
+    /// Set for good once a trim failed to delete a file it had taken out of the state.
+    pub(crate) untrimmed: std::sync::atomic::AtomicBool,
 }
 
 /// Write-back statistics.
@@ -381,6 +387,8 @@ impl WbLog {
             status,
             stats: LogCounters::default(),
             device_full: Default::default(),
+            trimming: Default::default(),
+            untrimmed: Default::default(),
         });
         let mut replayed_bytes = 0u64;
         {
@@ -698,13 +706,17 @@ impl WbLog {
     /// finds none of them to re-upload. Fails with `full` if a segment holding such a record
     /// must stay (it is still the active one, or also holds a newer record not uploaded).
     async fn clean_by_trimming(&self, target: u64, full: Error) -> Result<()> {
+        // Also waits for a trim of the cleaner's in progress (`Shared::trimming`).
+        let _trimming = self.shared.trimming.lock().await;
         let segments = self.shared.state.lock().take_trimmable();
-        cleaner::delete_segments(&self.dir, segments).await;
+        let deleted = cleaner::delete_segments(&self.dir, segments).await;
         let mut state = self.shared.state.lock();
-        if state
-            .segments
-            .values()
-            .all(|s| s.first_seq.is_none_or(|first| first > target))
+        if deleted
+            && !self.shared.untrimmed.load(Ordering::Acquire)
+            && state
+                .segments
+                .values()
+                .all(|s| s.first_seq.is_none_or(|first| first > target))
         {
             // As good as a clean mark: no replay can find those records.
             state.clean_mark = state.clean_mark.max(target);
