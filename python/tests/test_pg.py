@@ -490,3 +490,47 @@ def test_a_slow_query_stalls_no_one_and_cancel_stops_it(server):
     assert result.get("a") == "57014", result
     assert a.execute("SELECT count(*) FROM q").fetchone() == (2,)
     a.close()
+
+
+def test_cancel_stops_a_write_and_a_timeout_stops_copy_out(server):
+    """A CancelRequest stops an INSERT … SELECT that would run for hours (before, a cancel
+    reached only a query's rows as they streamed), nothing of it is written, and the
+    connection goes on; statement_timeout ends a COPY TO STDOUT of such a query."""
+    import threading
+    import psycopg
+    _, port = server
+    a = psycopg.connect(dsn(port), autocommit=True)
+    a.execute("CREATE TABLE w (v BIGINT NOT NULL)")
+    result = {}
+
+    def slow_write():
+        try:
+            a.execute(
+                "INSERT INTO w SELECT v FROM generate_series(1, 100000000000) AS s(v) "
+                "WHERE v % 1000000007 = 0"
+            )
+            result["a"] = "finished"
+        except psycopg.Error as e:
+            result["a"] = e.sqlstate
+
+    t = threading.Thread(target=slow_write, daemon=True)
+    t.start()
+    with psycopg.connect(dsn(port), autocommit=True) as b:
+        assert b.execute("SELECT count(*) FROM w").fetchone() == (0,)
+    assert t.is_alive() and "a" not in result, "the INSERT was still running"
+    a.cancel_safe()
+    t.join(timeout=120)
+    assert result.get("a") == "57014", result
+    assert a.execute("SELECT count(*) FROM w").fetchone() == (0,)
+    a.execute("SET statement_timeout = '2s'")
+    with pytest.raises(psycopg.Error) as e:
+        with a.cursor().copy(
+            "COPY (SELECT count(*) FROM generate_series(1, 100000000000) AS s(v) "
+            "WHERE v % 7 = 3) TO STDOUT"
+        ) as copy:
+            for _ in copy:
+                pass
+    assert e.value.sqlstate == "57014", e.value
+    a.execute("SET statement_timeout = 0")
+    assert a.execute("SELECT count(*) FROM w").fetchone() == (0,)
+    a.close()

@@ -26,10 +26,11 @@ use crate::Served;
 use crate::cancel::Cancels;
 use crate::copy::CopyIn;
 use crate::encode::{command_tag, encode_rows};
-use crate::errors::{notice, table_error, timed_out, user_error};
+use crate::errors::{notice, table_error, user_error};
 use crate::show::{
     is_set_or_show, show_isolation, show_replica, show_server_version, statement_timeout,
 };
+use crate::stop::Stop;
 
 /// A connection's own state: its session and a COPY in progress.
 #[derive(Debug)]
@@ -86,6 +87,13 @@ impl ConnState {
             *key = Some(k);
         }
         self.cancel_gen.subscribe()
+    }
+
+    /// How the statement starting now is given up: its `statement_timeout` from now, or
+    /// a CancelRequest from now on (`stop.rs`).
+    pub(crate) fn stop<C: ClientInfo>(&self, client: &C, session: &SqlSession) -> Stop {
+        let deadline = statement_timeout(client).map(|t| tokio::time::Instant::now() + t);
+        Stop::new(deadline, self.cancel_watch(client), session.interrupt())
     }
 
     /// This connection's session on the live engine. After the engine was reopened the
@@ -229,18 +237,11 @@ impl ConnState {
             }
             _ => {}
         }
-        let timeout = statement_timeout(client);
-        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-        let cancel = self.cancel_watch(client);
-        // The session aborts its transaction when the statement fails or is dropped (the
-        // timeout below drops it).
+        // The session aborts its transaction when the statement fails or is dropped (a
+        // stop drops it).
+        let mut stop = self.stop(client, &session);
         let run = session.execute_outcome(DfStatement::Statement(Box::new(stmt)), plan);
-        let outcome = match deadline {
-            Some(d) => tokio::time::timeout_at(d, run)
-                .await
-                .map_err(|_| timed_out())?,
-            None => run.await,
-        };
+        let outcome = stop.bound(run).await?;
         for n in session.take_notices() {
             notice(client, n.code, &n.message).await?;
         }
@@ -269,14 +270,12 @@ impl ConnState {
                 // An error while the rows stream (an overflow, a timeout, a cancel) fails the
                 // statement after it started answering; the session's rows abort its
                 // transaction then, as any failed statement does.
-                let stream = rows.execute_stream().await.map_err(|e| table_error(&e))?;
-                let rows = encode_rows(
-                    fields.clone(),
-                    stream,
-                    deadline,
-                    cancel,
-                    session.time_zone(),
-                );
+                let stream = stop
+                    .bound(rows.execute_stream())
+                    .await?
+                    .map_err(|e| table_error(&e))?;
+                let rows = encode_rows(fields.clone(), stream, session.time_zone());
+                let rows = stop.guard_stream(rows);
                 Ok(Response::Query(QueryResponse::new(fields, rows)))
             }
         }

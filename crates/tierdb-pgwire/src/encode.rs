@@ -10,7 +10,7 @@ use pgwire::api::results::{FieldInfo, Tag};
 use pgwire::error::PgWireResult;
 use tierdb_tables::TableError;
 
-use crate::errors::{canceled, table_error, timed_out};
+use crate::errors::table_error;
 
 /// A result's RowDescription: arrow-pg's, with what Arrow's types cannot say taken from the
 /// columns' declared types: VARCHAR(n) as `varchar` and CHAR(n) as `bpchar` with their
@@ -80,17 +80,13 @@ fn rows_until_error<T>(rows: impl Iterator<Item = PgWireResult<T>>) -> Vec<PgWir
 }
 
 /// A query's rows, encoded as the client asked (text or binary per column), computed as
-/// they are sent; past the statement timeout, or on a CancelRequest, the stream ends with
-/// SQLSTATE 57014 (and the query's stream is dropped: DataFusion stops).
+/// they are sent (the caller bounds the stream by the statement's `Stop`).
 pub(crate) fn encode_rows(
     fields: Arc<Vec<FieldInfo>>,
     stream: datafusion::execution::SendableRecordBatchStream,
-    deadline: Option<tokio::time::Instant>,
-    mut cancel: tokio::sync::watch::Receiver<u64>,
     time_zone: String,
 ) -> impl futures::Stream<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send + 'static {
-    cancel.mark_unchanged();
-    let rows = stream
+    stream
         .map(move |batch| match batch {
             Ok(b) => {
                 let b = as_pg_text(in_time_zone(b, &time_zone), &fields);
@@ -98,23 +94,7 @@ pub(crate) fn encode_rows(
             }
             Err(e) => futures::stream::iter(vec![Err(table_error(&TableError::from(e)))]),
         })
-        .flatten();
-    let rows = Box::pin(rows);
-    futures::stream::unfold(Some((rows, cancel)), move |state| async move {
-        let (mut rows, mut cancel) = state?;
-        let expired = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        let next = tokio::select! {
-            item = rows.next() => item,
-            () = expired => return Some((Err(timed_out()), None)),
-            Ok(()) = cancel.changed() => return Some((Err(canceled()), None)),
-        };
-        next.map(|item| (item, Some((rows, cancel))))
-    })
+        .flatten()
 }
 
 /// `batch` with the columns that go out in text format and whose text arrow-pg writes

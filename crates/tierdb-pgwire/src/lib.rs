@@ -21,7 +21,7 @@
 //! | `parse`, `systemcols` | query strings into statements (PostgreSQL's syntax, then tierdb's); catalog system columns |
 //! | `simple`, `extended` | the simple and the extended query protocol |
 //! | `copy` | COPY FROM STDIN (into the import path) and COPY TO STDOUT, their formats |
-//! | `cancel` | CancelRequests |
+//! | `cancel`, `stop` | CancelRequests; a statement given up (timeout, cancel) wherever it runs |
 //! | `show` | SET/SHOW, statement_timeout, tierdb's own settings |
 //! | `compat`, `catalogfns` | pg_catalog and the catalog and settings functions tools call |
 //! | `encode`, `floats`, `errors` | rows (floats in PostgreSQL's text), command tags, errors and warnings on the wire |
@@ -42,6 +42,7 @@ pub mod fuzzing;
 mod parse;
 mod show;
 mod simple;
+mod stop;
 mod systemcols;
 mod tls;
 

@@ -128,7 +128,7 @@ pub fn row_value_seeds() -> Vec<Vec<u8>> {
             S::TimestampMicrosecond(Some(1_700_000_000_000_000), tz.clone()),
             S::Binary(Some(vec![0, 255, 7])),
             S::Date32(Some(-719_162)),
-            S::Decimal128(Some(-99_999_999_99), 10, 2),
+            S::Decimal128(Some(-9_999_999_999), 10, 2),
             S::Decimal128(Some(i128::MAX / 2), 38, 0),
         ],
         def.columns

@@ -36,6 +36,7 @@ pub mod fuzzing;
 mod guard;
 pub mod import;
 pub mod inlist;
+pub mod interrupt;
 pub mod joinorder;
 pub mod literals;
 pub mod merge;

@@ -40,7 +40,7 @@ impl ConnState {
         &self,
         session: &Arc<SqlSession>,
         stmt: Statement,
-        _client: &mut C,
+        client: &mut C,
     ) -> PgWireResult<Response>
     where
         C: ClientInfo + Send + Sync,
@@ -125,9 +125,11 @@ impl ConnState {
                             .ok_or_else(|| user_error("42601", "empty COPY query".into()))?
                     }
                 };
-                let outcome = session
-                    .execute_outcome(DfStatement::Statement(Box::new(query)), None)
-                    .await
+                // A statement timeout or cancel ends it wherever it is (`stop.rs`).
+                let mut stop = self.stop(client, session);
+                let outcome = stop
+                    .bound(session.execute_outcome(DfStatement::Statement(Box::new(query)), None))
+                    .await?
                     .map_err(|e| table_error(&e))?;
                 let Outcome::Rows(rows) = outcome else {
                     return Err(user_error("42601", "COPY TO needs a query".into()));
@@ -142,7 +144,10 @@ impl ConnState {
                         .join(&(opts.delimiter as char).to_string())
                 });
                 // An error while the rows stream aborts the transaction (the session's Rows).
-                let stream = rows.execute_stream().await.map_err(|e| table_error(&e))?;
+                let stream = stop
+                    .bound(rows.execute_stream())
+                    .await?
+                    .map_err(|e| table_error(&e))?;
                 // TIMESTAMPTZ in the session's time zone, as PostgreSQL's COPY writes it.
                 let tz = session.time_zone();
                 let schema = stream.schema();
@@ -154,7 +159,17 @@ impl ConnState {
                         }),
                     ),
                 );
-                let data = copy_out_stream(stream, opts, header);
+                let mut data = Box::pin(stop.guard_stream(copy_out_stream(stream, opts, header)));
+                // pgwire 0.41 answers an error inside COPY OUT with CopyFail, a frontend
+                // message clients refuse ("you cannot mix COPY with other operations"). An
+                // error before the first row (a timeout, a cancel, a failing aggregate: the
+                // usual place) is answered as a plain ErrorResponse instead.
+                let first = futures::StreamExt::next(&mut data).await;
+                let first = match first {
+                    Some(Err(e)) => return Err(e),
+                    other => other,
+                };
+                let data = futures::StreamExt::chain(futures::stream::iter(first), data);
                 Ok(Response::CopyOut(CopyResponse::new(0, columns, data)))
             }
             (_, other) => Err(user_error(

@@ -161,11 +161,8 @@ pub(crate) async fn execute(
     // No segment merge of this table commits while this runs (merge.rs invariant 2).
     let _merges_wait = crate::merge::DmlGuard::new(tables.merge_state(), &def.name);
     // Step 1: which rows.
-    let stream = ctx
-        .execute_logical_plan(plan)
-        .await?
-        .execute_stream()
-        .await?;
+    let df = ctx.execute_logical_plan(plan).await?;
+    let stream = crate::interrupt::off_task(df.execute_stream()).await?;
     let memory = MemoryConsumer::new(format!("{} of {}", dml_verb(kind), def.name))
         .register(&ctx.runtime_env().memory_pool);
     let mut named = Named::collect(stream, &def, kind, memory).await?;

@@ -19,6 +19,7 @@ use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 
 use crate::error::{Result, TableError};
+use crate::interrupt::{Interrupt, InterruptCheck, interleave};
 use crate::joinorder::{Cardinalities, JoinReorder};
 use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema};
 use crate::tables::Tables;
@@ -155,6 +156,8 @@ impl SqlEngine {
         // TIMESTAMPTZ and now() are instants in UTC (PostgreSQL's timestamptz); without a
         // zone DataFusion would make both zone-less timestamps.
         config.options_mut().execution.time_zone = Some(crate::catalog::UTC.into());
+        // A statement timeout or cancel stops planning at the next rule (`interrupt.rs`).
+        config.options_mut().extensions.insert(Interrupt::fresh());
         let runtime = runtime_env(options)?;
         // PostgreSQL's arithmetic: integer overflow fails, sum(bigint) is numeric (`checked.rs`).
         let mut analyzer = datafusion::optimizer::Analyzer::new().rules;
@@ -168,11 +171,16 @@ impl SqlEngine {
         analyzer.push(Arc::new(crate::checked::CheckedArithmetic::default()));
         // Three-valued logic the simplifier's IN-list algebra would lose (`inlist.rs`).
         analyzer.push(Arc::new(crate::inlist::NullSafeInLists));
+        let check = || Arc::new(InterruptCheck);
         let mut state = datafusion::execution::SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
-            .with_analyzer_rules(analyzer);
+            .with_analyzer_rules(interleave(analyzer, check() as _))
+            .with_physical_optimizer_rules(interleave(
+                datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules,
+                check() as _,
+            ));
         let cards = options
             .join_reorder
             .then(|| Arc::new(Cardinalities::default()));
@@ -192,7 +200,7 @@ impl SqlEngine {
                 .map_or(rules.len(), |i| i + 1);
             rules.insert(at, Arc::new(JoinReorder::new(cards.clone())));
         }
-        state = state.with_optimizer_rules(rules);
+        state = state.with_optimizer_rules(interleave(rules, check() as _));
         let state = crate::distributed::coordinate(state, &options.workers);
         let ctx = SessionContext::new_with_state(state.build());
         for f in crate::checked::functions() {
@@ -245,7 +253,9 @@ impl SqlEngine {
     pub fn new_session(&self) -> SqlSession {
         let slot = Arc::new(TxSlot::default());
         let base = self.session.ctx.state();
-        let config = base.config().clone().with_extension(slot.clone());
+        let mut config = base.config().clone().with_extension(slot.clone());
+        // Its own stop flag (invariant 1 of `interrupt.rs`).
+        config.options_mut().extensions.insert(Interrupt::fresh());
         let state = datafusion::execution::SessionStateBuilder::new_from_existing(base)
             .with_config(config)
             .build();

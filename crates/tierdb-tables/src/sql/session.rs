@@ -179,7 +179,8 @@ impl Rows {
             }
         };
         let mut guard = FailUnlessDone(Some(&self.abort));
-        let stream = df.execute_stream().await?;
+        // Physical planning (the optimizer's rules) off this task (`interrupt.rs`).
+        let stream = crate::interrupt::off_task(df.execute_stream()).await?;
         guard.0 = None; // started: errors from here on are the stream's (below)
         let abort = self.abort.clone();
         let schema = stream.schema();
@@ -222,6 +223,14 @@ impl Drop for SqlSession {
 }
 
 impl SqlSession {
+    /// This session's stop flag: raised by whoever gives up on the running statement
+    /// (a statement timeout, a cancel request), it stops planning at the next rule.
+    pub fn interrupt(&self) -> crate::interrupt::Interrupt {
+        crate::interrupt::Interrupt::of(self.ctx.state().config_options())
+            .cloned()
+            .unwrap_or_default()
+    }
+
     pub fn context(&self) -> &SessionContext {
         &self.ctx
     }
@@ -569,6 +578,7 @@ impl SqlSession {
     ) -> Result<Outcome> {
         let kind = StatementKind::of(&stmt);
         self.refuse_if_aborted(kind)?;
+        self.interrupt().clear(); // invariant 2 of `interrupt.rs`
         match kind {
             StatementKind::Begin if self.in_transaction() => {
                 self.notice("25001", "there is already a transaction in progress");
@@ -621,7 +631,11 @@ impl SqlSession {
                 Some(p) => p,
                 None => {
                     self.require_tables(&state, &stmt)?;
-                    crate::dml::plan(&state, &self.tables, &stmt).await?
+                    let (tables, stmt) = (self.tables.clone(), stmt.clone());
+                    crate::interrupt::off_task(async move {
+                        crate::dml::plan(&state, &tables, &stmt).await
+                    })
+                    .await?
                 }
             };
             let n = crate::dml::execute(&self.local_ctx(), &self.tables, &stmt, plan).await?;
@@ -666,7 +680,12 @@ impl SqlSession {
             None => {
                 self.require_tables(&state, &stmt)?;
                 crate::guard::check(&stmt)?;
-                let plan = state.statement_to_plan(stmt).await?;
+                let planning = state.clone();
+                let plan =
+                    crate::interrupt::off_task(
+                        async move { planning.statement_to_plan(stmt).await },
+                    )
+                    .await?;
                 let plan = crate::rows::sequence::bind_to_session(plan, &state)?;
                 crate::literals::int4_literals(plan)?
             }
@@ -716,13 +735,15 @@ impl SqlSession {
                     .exec_ctx()
                     .execute_logical_plan(LogicalPlan::Dml(dml))
                     .await?;
-                let n = inserted(&df.collect().await?);
+                let n = inserted(&crate::interrupt::off_task(df.collect()).await?);
                 Ok(Outcome::Command(format!("{op} {n}")))
             }
             plan => {
                 self.measure_join_inputs(&plan).await;
                 let ctx = self.exec_ctx();
-                let plan = analyzed(&ctx.state(), plan)?;
+                let state = ctx.state();
+                let plan =
+                    crate::interrupt::off_task(async move { analyzed(&state, plan) }).await?;
                 Ok(Outcome::Rows(Rows {
                     source: Source::Plan(ctx.execute_logical_plan(plan).await?),
                     abort: self.abort.clone(),
@@ -770,7 +791,9 @@ impl SqlSession {
         if scans < 3 {
             return;
         }
-        let optimized = match self.ctx.state().optimize(plan) {
+        let (state, plan) = (self.ctx.state(), plan.clone());
+        let optimized = match crate::interrupt::off_task(async move { state.optimize(&plan) }).await
+        {
             Ok(p) => p,
             Err(e) => {
                 tracing::debug!("join inputs not measured: {e}");
