@@ -110,9 +110,10 @@ async fn open_served(
     kv: &KvArgs,
     engine_args: &EngineArgs,
     role: Role,
+    user: &str,
 ) -> CliResult<(SqlEngine, tierdb_engine::Database)> {
     let (engine, handle) = open_engine(db, kv, engine_args, role).await?;
-    tierdb_pgwire::install_postgres_compat(&engine)?;
+    tierdb_pgwire::install_postgres_compat(&engine, user)?;
     Ok((engine, handle))
 }
 
@@ -149,16 +150,17 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
     // The engine is reopened in place when it fails (tierdb_engine::Supervised).
     let opener: tierdb_engine::Opener<SqlEngine> = {
         let (db, kv, engine) = (args.db.clone(), args.kv.clone(), args.engine.clone());
+        let user = args.user.clone();
         Arc::new(move || {
-            let (db, kv, engine) = (db.clone(), kv.clone(), engine.clone());
+            let (db, kv, engine, user) = (db.clone(), kv.clone(), engine.clone(), user.clone());
             Box::pin(async move {
-                open_served(&db, &kv, &engine, role)
+                open_served(&db, &kv, &engine, role, &user)
                     .await
                     .map_err(|e| tierdb_engine::OpenError::from(e.message))
             })
         })
     };
-    let (engine, handle) = open_served(&args.db, &args.kv, &args.engine, role).await?;
+    let (engine, handle) = open_served(&args.db, &args.kv, &args.engine, role, &args.user).await?;
     let database =
         tierdb_pgwire::Served::new(&args.db, args.recover_for.into(), opener, engine, handle);
     let addr = listener

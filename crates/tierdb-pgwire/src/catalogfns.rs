@@ -1,7 +1,7 @@
 //! Catalog and settings functions tools call that datafusion-pg-catalog does not have:
 //! `current_setting` and `set_config` (pg_dump, Grafana, dbt), `pg_typeof`,
 //! `pg_is_other_temp_schema` (dbt docs), `pg_postmaster_start_time` (DataGrip),
-//! `pg_is_in_recovery` (pg_dump).
+//! `pg_is_in_recovery`, `pg_get_indexdef`, `pg_get_constraintdef` (pg_dump).
 
 use std::sync::Arc;
 
@@ -129,6 +129,31 @@ impl ScalarUDFImpl for PgTypeof {
 }
 
 /// Registers the functions of this module on `engine`'s context.
+/// `pg_get_indexdef` and its kind: NULL (see `install`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct NoDefinition {
+    name: &'static str,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for NoDefinition {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))
+    }
+}
+
 pub(crate) fn install(engine: &SqlEngine) {
     let ctx = engine.context();
     ctx.register_udf(ScalarUDF::new_from_impl(CurrentSetting {
@@ -155,6 +180,25 @@ pub(crate) fn install(engine: &SqlEngine) {
             Ok(ColumnarValue::Array(arrays[1].clone() as ArrayRef))
         }),
     ));
+    // The definitions of indexes, constraints and triggers pg_dump asks for by oid: none
+    // is listed in pg_index, pg_constraint or pg_trigger (datafusion-pg-catalog's are
+    // empty), so these are only planned, never asked about a row: NULL.
+    // pg_dump prepares its function query when a built-in function's ACL is to be
+    // checked; tierdb has no functions of its users to describe.
+    for name in [
+        "pg_get_indexdef",
+        "pg_get_constraintdef",
+        "pg_get_triggerdef",
+        "pg_get_function_arguments",
+        "pg_get_function_identity_arguments",
+        "pg_get_function_result",
+        "pg_get_function_sqlbody",
+    ] {
+        ctx.register_udf(ScalarUDF::new_from_impl(NoDefinition {
+            name,
+            signature: Signature::variadic_any(Volatility::Stable),
+        }));
+    }
     // tierdb has no temporary schemas of other sessions.
     ctx.register_udf(create_udf(
         "pg_is_other_temp_schema",

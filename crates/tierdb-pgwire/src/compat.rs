@@ -12,8 +12,9 @@ use tierdb_tables::SqlEngine;
 use crate::SERVER_VERSION;
 
 /// Makes an engine speak PostgreSQL's dialect: `pg_catalog` and PostgreSQL's catalog
-/// functions (datafusion-pg-catalog), and `version()`. Sessions made afterwards inherit it.
-pub fn install_postgres_compat(engine: &SqlEngine) -> Result<(), String> {
+/// functions (datafusion-pg-catalog), `user` as the one role owning everything
+/// (`pgcatalog.rs`), and `version()`. Sessions made afterwards inherit it.
+pub fn install_postgres_compat(engine: &SqlEngine, user: &str) -> Result<(), String> {
     use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
     use datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
     datafusion_postgres::datafusion_pg_catalog::setup_pg_catalog(
@@ -22,6 +23,15 @@ pub fn install_postgres_compat(engine: &SqlEngine) -> Result<(), String> {
         EmptyContextProvider,
     )
     .map_err(|e| format!("cannot set up pg_catalog: {e}"))?;
+    let catalog = engine
+        .context()
+        .catalog(tierdb_tables::sql::CATALOG)
+        .ok_or("cannot set up pg_catalog: the engine has no catalog")?;
+    crate::pgcatalog::install(&catalog, user)
+        .map_err(|e| format!("cannot set up pg_roles: {e}"))?;
+    engine
+        .context()
+        .register_udf(crate::pgcatalog::acldefault());
     let version = format!(
         "PostgreSQL {SERVER_VERSION} on {}-{}, compatible; Apache DataFusion {}",
         std::env::consts::ARCH,

@@ -23,7 +23,7 @@
 //! | `copy` | COPY FROM STDIN (into the import path) and COPY TO STDOUT, their formats |
 //! | `cancel`, `stop` | CancelRequests; a statement given up (timeout, cancel) wherever it runs |
 //! | `show` | SET/SHOW, statement_timeout, tierdb's own settings |
-//! | `compat`, `catalogfns` | pg_catalog and the catalog and settings functions tools call |
+//! | `compat`, `catalogfns`, `pgcatalog` | pg_catalog and the catalog and settings functions tools call; the one role, owner of everything, and the catalog tables datafusion-pg-catalog lacks |
 //! | `encode`, `floats`, `errors` | rows (floats in PostgreSQL's text), command tags, errors and warnings on the wire |
 //!
 //! [`SqlSession`]: tierdb_tables::sql::SqlSession
@@ -40,6 +40,7 @@ mod extended;
 mod floats;
 pub mod fuzzing;
 mod parse;
+mod pgcatalog;
 mod show;
 mod simple;
 mod stop;

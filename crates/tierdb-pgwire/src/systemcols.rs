@@ -57,6 +57,24 @@ fn catalog_oid(table: &str) -> Option<u32> {
         "pg_ts_parser" => 3601,
         "pg_ts_template" => 3764,
         "pg_type" => 1247,
+        "pg_auth_members" => 1261,
+        "pg_db_role_setting" => 2964,
+        "pg_enum" => 3501,
+        "pg_init_privs" => 3394,
+        "pg_largeobject" => 2613,
+        "pg_partitioned_table" => 3350,
+        "pg_publication_namespace" => 6237,
+        "pg_publication_rel" => 6106,
+        "pg_range" => 3541,
+        "pg_replication_origin" => 6000,
+        "pg_seclabel" => 3596,
+        "pg_shdepend" => 1214,
+        "pg_shdescription" => 2396,
+        "pg_shseclabel" => 3592,
+        "pg_statistic" => 2619,
+        "pg_statistic_ext_data" => 3429,
+        "pg_subscription_rel" => 6102,
+        "pg_user_mapping" => 1418,
         _ => return None,
     })
 }
@@ -76,6 +94,10 @@ pub(crate) fn rewrite(stmt: &mut Statement) {
         .flatten();
     // Selected as a column, the constant keeps the column's name (clients look it up).
     let _ = stmt.visit(&mut Named);
+    // A bare `tableoid` in a SELECT reading one catalog table is that table's, whatever
+    // else the statement reads (pg_dump: `SELECT tableoid, … FROM pg_type` with subqueries
+    // of pg_class and pg_type).
+    let _ = stmt.visit(&mut OneTableScopes);
     let _ = visit_expressions_mut(stmt, |e| {
         let replaced = match e {
             Expr::CompoundIdentifier(parts) if parts.len() == 2 => {
@@ -149,6 +171,65 @@ fn name_projections(body: &mut SetExpr) {
     }
 }
 
+/// Replaces bare `tableoid` and `xmin` in each SELECT whose FROM is one catalog table.
+struct OneTableScopes;
+
+impl VisitorMut for OneTableScopes {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        one_table_scope(&mut query.body);
+        ControlFlow::Continue(())
+    }
+}
+
+fn one_table_scope(body: &mut SetExpr) {
+    match body {
+        SetExpr::Select(select) => {
+            let [from] = select.from.as_slice() else {
+                return;
+            };
+            let TableFactor::Table { name, .. } = &from.relation else {
+                return;
+            };
+            let oid = name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .and_then(|i| catalog_oid(&i.value.to_lowercase()));
+            let Some(oid) = oid.filter(|_| from.joins.is_empty()) else {
+                return;
+            };
+            let replace = |e: &mut Expr| {
+                let _ = visit_expressions_mut(e, |x| {
+                    if let Expr::Identifier(id) = x
+                        && let Some(c) = constant(id, oid)
+                    {
+                        *x = c;
+                    }
+                    ControlFlow::<()>::Continue(())
+                });
+            };
+            for item in &mut select.projection {
+                match item {
+                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                        replace(e)
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(w) = &mut select.selection {
+                replace(w);
+            }
+        }
+        SetExpr::SetOperation { left, right, .. } => {
+            one_table_scope(left);
+            one_table_scope(right);
+        }
+        _ => {}
+    }
+}
+
 /// Alias (or table name) → OID of every catalog table a statement reads.
 #[derive(Default)]
 struct Aliases(HashMap<String, u32>);
@@ -188,6 +269,16 @@ mod tests {
             .remove(0);
         rewrite(&mut s);
         s.to_string()
+    }
+
+    #[test]
+    fn a_bare_tableoid_is_its_selects_one_tables() {
+        assert_eq!(
+            rewritten(
+                "SELECT tableoid, oid, (SELECT relkind FROM pg_class WHERE oid = typrelid) FROM pg_type"
+            ),
+            "SELECT 1247 AS tableoid, oid, (SELECT relkind FROM pg_class WHERE oid = typrelid) FROM pg_type"
+        );
     }
 
     #[test]

@@ -379,6 +379,8 @@ pub enum StatementKind {
     Vacuum,
     /// INSERT, UPDATE, DELETE.
     Write,
+    /// LOCK TABLE (`SqlSession::lock_tables`): checked, nothing planned.
+    Lock,
     /// Everything else DataFusion plans (queries, EXPLAIN, SHOW TABLES…).
     Query,
 }
@@ -410,6 +412,7 @@ impl StatementKind {
             | SqlStatement::Drop { .. }
             | SqlStatement::Truncate { .. } => StatementKind::Ddl,
             SqlStatement::Vacuum(_) => StatementKind::Vacuum,
+            SqlStatement::Lock(_) => StatementKind::Lock,
             SqlStatement::Insert(_) | SqlStatement::Update(_) | SqlStatement::Delete(_) => {
                 StatementKind::Write
             }

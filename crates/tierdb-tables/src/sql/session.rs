@@ -617,6 +617,11 @@ impl SqlSession {
         if let Some(outcome) = self.set_transaction(&stmt)? {
             return Ok(outcome);
         }
+        if let DfStatement::Statement(s) = &stmt
+            && let SqlStatement::Lock(lock) = s.as_ref()
+        {
+            return self.lock_tables(lock).await;
+        }
         self.schema.refresh().await?;
         if let Some(outcome) = self.drop_or_truncate(&stmt).await? {
             return Ok(outcome);
@@ -738,6 +743,12 @@ impl SqlSession {
                 let n = inserted(&crate::interrupt::off_task(df.collect()).await?);
                 Ok(Outcome::Command(format!("{op} {n}")))
             }
+            // SQL-level PREPARE (pg_dump prepares its per-object queries): the statement is
+            // kept in the session for EXECUTE, and answered with its command tag, not rows.
+            plan @ LogicalPlan::Statement(datafusion::logical_expr::Statement::Prepare(_)) => {
+                self.ctx.execute_logical_plan(plan).await?;
+                Ok(Outcome::Command("PREPARE".into()))
+            }
             plan => {
                 self.measure_join_inputs(&plan).await;
                 let ctx = self.exec_ctx();
@@ -750,6 +761,41 @@ impl SqlSession {
                 }))
             }
         }
+    }
+
+    /// `LOCK TABLE … IN ACCESS SHARE MODE` (pg_dump locks every table it dumps): the lock
+    /// keeps the table from changing shape under the transaction, and what it reads is
+    /// its snapshot anyway (REPEATABLE READ) or each statement's. Accepted for existing
+    /// tables inside a transaction, as PostgreSQL does; tierdb takes no table locks, so a
+    /// DROP or ALTER of the table by another session is not held off. The stronger modes,
+    /// which would hold off writers, are refused (0A000) rather than silently not held.
+    async fn lock_tables(&self, lock: &datafusion::sql::sqlparser::ast::Lock) -> Result<Outcome> {
+        use datafusion::sql::sqlparser::ast::LockTableMode;
+        if !self.in_transaction() {
+            return Err(TableError::Transaction {
+                code: "25P01",
+                message: "LOCK TABLE can only be used in transaction blocks".into(),
+            });
+        }
+        match &lock.lock_mode {
+            // ACCESS EXCLUSIVE is PostgreSQL's default mode.
+            Some(LockTableMode::AccessShare) => {}
+            other => {
+                let mode = other
+                    .as_ref()
+                    .map_or("ACCESS EXCLUSIVE".to_string(), |m| m.to_string());
+                return Err(TableError::Unsupported(format!(
+                    "LOCK TABLE … IN {mode} MODE is not supported: tierdb takes no table \
+                     locks that hold off other writers (IN ACCESS SHARE MODE is accepted)"
+                )));
+            }
+        }
+        for target in &lock.tables {
+            let name = super::relation_name(&target.name)
+                .ok_or_else(|| TableError::NoTable(target.name.to_string()))?;
+            self.tables.require(&name).await?;
+        }
+        Ok(Outcome::Command("LOCK TABLE".into()))
     }
 
     /// The context a statement runs in: the session's, or, when queries are spread over

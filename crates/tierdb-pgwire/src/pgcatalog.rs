@@ -1,0 +1,389 @@
+//! What tierdb adds to datafusion-pg-catalog's `pg_catalog`: the one role and who owns
+//! what, and the catalog tables it lacks.
+//!
+//! A `tierdb serve` has one user (`--user`). Tools look owners up: pg_dump loads
+//! `pg_roles` and stops at the first owner it cannot name ("role with OID 10 does not
+//! exist"), psql's `\l`, `\dn` and `\dt` print the owner with `pg_get_userbyid`.
+//! datafusion-pg-catalog 0.19 lists no role with an oid (its `pg_roles` rows all have oid
+//! 0, and it has none unless told), says databases and schemas are owned by 10 and
+//! relations by 0. So the `pg_catalog` schema is wrapped:
+//!
+//! 1. `pg_roles` has one row: the server's user, oid [`OWNER_OID`] (PostgreSQL's bootstrap
+//!    superuser's oid, which datafusion-pg-catalog already gives databases and schemas), a
+//!    superuser that can log in.
+//! 2. `pg_class.relowner` is [`OWNER_OID`] (a view over datafusion-pg-catalog's table with
+//!    that one column replaced; every other column and table is theirs), and the columns
+//!    pg_dump reads that their tables lack or type otherwise are NULL `text[]`: `relacl`,
+//!    `reloptions`, `attoptions`, `attfdwoptions` (no privileges granted beyond the
+//!    owner's, no options), and `partclass`, `polroles`, `protrftypes` NULL `oid[]`:
+//!    [`patches`].
+//! 3. `acldefault(kind, owner)` is NULL: the owner's default privileges, which are all
+//!    there are.
+//! 4. `pg_namespace` lists `information_schema` (oid [`INFORMATION_SCHEMA_OID`], the oid
+//!    datafusion-pg-catalog's `pg_proc` and `pg_type` rows of its functions and types
+//!    carry), so pg_dump can name the schema of every function and type it lists.
+//! 5. The catalog tables of [`ADDED_TABLES`], which pg_dump reads and datafusion-pg-catalog
+//!    does not have, are there and empty (tierdb has no transforms or security labels); a
+//!    query naming them
+//!    without `pg_catalog.` finds them too (`parse.rs`).
+//! 6. The tables of [`EMPTIED_TABLES`] have no rows: datafusion-pg-catalog's rows of them
+//!    are those of the PostgreSQL it was exported from and name its system views, which
+//!    its `pg_class` does not list (pg_dump: "parent table with OID 12000 of pg_rewrite
+//!    entry with OID 12003 not found"); tierdb has no rules.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::catalog::{MemTable, view::ViewTable};
+use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::{LogicalPlanBuilder, col, lit};
+
+/// The oid of the one role (PostgreSQL's bootstrap superuser has oid 10).
+pub(crate) const OWNER_OID: i32 = 10;
+
+/// Rule 4: the oid datafusion-pg-catalog's static `pg_proc` and `pg_type` give
+/// `information_schema`'s objects (those of the PostgreSQL it was exported from).
+pub(crate) const INFORMATION_SCHEMA_OID: i32 = 13283;
+
+/// Rule 6.
+pub(crate) const EMPTIED_TABLES: [&str; 1] = ["pg_rewrite"];
+
+/// The catalog tables of features tierdb does not have (row security policies, event
+/// triggers, triggers, foreign data, publications, subscriptions, security labels, rules,
+/// transforms): they have no rows, so a query joining one has none either (`parse.rs`
+/// answers such queries' subqueries with NULL without planning them).
+pub(crate) const FEATURES_ABSENT: [&str; 14] = [
+    "pg_policy",
+    "pg_event_trigger",
+    "pg_trigger",
+    "pg_foreign_data_wrapper",
+    "pg_foreign_server",
+    "pg_foreign_table",
+    "pg_user_mapping",
+    "pg_publication",
+    "pg_publication_rel",
+    "pg_publication_namespace",
+    "pg_subscription",
+    "pg_seclabel",
+    "pg_rewrite",
+    "pg_transform",
+];
+
+/// Rule 5: the tables added, with their columns (oids as int4, as datafusion-pg-catalog
+/// types them).
+pub(crate) const ADDED_TABLES: [(&str, &[(&str, DataType)]); 2] = [
+    (
+        "pg_transform",
+        &[
+            ("oid", DataType::Int32),
+            ("trftype", DataType::Int32),
+            ("trflang", DataType::Int32),
+            ("trffromsql", DataType::Int32),
+            ("trftosql", DataType::Int32),
+        ],
+    ),
+    (
+        "pg_seclabels",
+        &[
+            ("objoid", DataType::Int32),
+            ("classoid", DataType::Int32),
+            ("objsubid", DataType::Int32),
+            ("objtype", DataType::Utf8),
+            ("objnamespace", DataType::Int32),
+            ("objname", DataType::Utf8),
+            ("provider", DataType::Utf8),
+            ("label", DataType::Utf8),
+        ],
+    ),
+];
+
+/// datafusion-pg-catalog's `pg_catalog` schema with the owners of rules 1 and 2.
+#[derive(Debug)]
+pub(crate) struct Owned {
+    inner: Arc<dyn SchemaProvider>,
+    user: String,
+}
+
+impl Owned {
+    pub(crate) fn new(inner: Arc<dyn SchemaProvider>, user: &str) -> Self {
+        Self {
+            inner,
+            user: user.to_string(),
+        }
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for Owned {
+    fn table_names(&self) -> Vec<String> {
+        let mut names = self.inner.table_names();
+        names.extend(ADDED_TABLES.iter().map(|(t, _)| t.to_string()));
+        names
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if let Some((_, columns)) = ADDED_TABLES.iter().find(|(t, _)| *t == name) {
+            let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
+                columns
+                    .iter()
+                    .map(|(c, ty)| datafusion::arrow::datatypes::Field::new(*c, ty.clone(), true))
+                    .collect::<Vec<_>>(),
+            ));
+            return Ok(Some(Arc::new(MemTable::try_new(schema, vec![vec![]])?)));
+        }
+        let Some(table) = self.inner.table(name).await? else {
+            return Ok(None);
+        };
+        if EMPTIED_TABLES.contains(&name) {
+            return Ok(Some(Arc::new(MemTable::try_new(
+                table.schema(),
+                vec![vec![]],
+            )?)));
+        }
+        Ok(Some(match name {
+            "pg_roles" => one_role(table.schema(), &self.user)?,
+            "pg_class" | "pg_attribute" | "pg_partitioned_table" | "pg_policy" | "pg_proc" => {
+                patched(name, table)?
+            }
+            "pg_namespace" => with_information_schema(table)?,
+            _ => table,
+        }))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        ADDED_TABLES.iter().any(|(t, _)| *t == name) || self.inner.table_exist(name)
+    }
+}
+
+/// Rule 1: `pg_roles` (in datafusion-pg-catalog's columns) with the one role.
+fn one_role(schema: SchemaRef, user: &str) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::arrow::array::{BooleanArray, Int32Array, StringArray};
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| -> Result<ArrayRef> {
+            Ok(match (f.name().as_str(), f.data_type()) {
+                ("rolname", DataType::Utf8) => Arc::new(StringArray::from(vec![user])),
+                ("oid", DataType::Int32) => Arc::new(Int32Array::from(vec![OWNER_OID])),
+                ("rolconnlimit", DataType::Int32) => Arc::new(Int32Array::from(vec![-1])),
+                ("rolpassword", DataType::Utf8) => Arc::new(StringArray::from(vec!["********"])),
+                ("rolreplication" | "rolbypassrls", DataType::Boolean) => {
+                    Arc::new(BooleanArray::from(vec![false]))
+                }
+                (_, DataType::Boolean) => Arc::new(BooleanArray::from(vec![true])),
+                (_, other) => new_null_array(other, 1),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+}
+
+/// What a patched column of a catalog table holds (rule 2).
+#[derive(Clone, Copy)]
+enum Patch {
+    /// This int4 in every row.
+    Int(i32),
+    /// A NULL `text[]` (no options, no privileges beyond the owner's).
+    NoTextArray,
+    /// A NULL `oid[]`.
+    NoOidArray,
+}
+
+/// Rule 2: the columns of datafusion-pg-catalog's tables that tierdb patches, each
+/// replaced where the table has it and added where it lacks it.
+fn patches(table: &str) -> &'static [(&'static str, Patch)] {
+    match table {
+        "pg_class" => &[
+            ("relowner", Patch::Int(OWNER_OID)),
+            ("relacl", Patch::NoTextArray),
+            ("reloptions", Patch::NoTextArray),
+        ],
+        "pg_attribute" => &[
+            ("attoptions", Patch::NoTextArray),
+            ("attfdwoptions", Patch::NoTextArray),
+        ],
+        "pg_partitioned_table" => &[("partclass", Patch::NoOidArray)],
+        "pg_policy" => &[("polroles", Patch::NoOidArray)],
+        "pg_proc" => &[("protrftypes", Patch::NoOidArray)],
+        _ => &[],
+    }
+}
+
+/// Rule 2: `table` with its [`patches`].
+fn patched(name: &str, table: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
+    let patches = patches(name);
+    if patches.is_empty() {
+        return Ok(table);
+    }
+    let text_array = DataType::List(Arc::new(
+        datafusion::arrow::datatypes::Field::new_list_field(DataType::Utf8, true),
+    ));
+    let oid_array = DataType::List(Arc::new(
+        datafusion::arrow::datatypes::Field::new_list_field(DataType::Int32, true),
+    ));
+    let null = |ty: &DataType| {
+        datafusion::logical_expr::cast(lit(datafusion::common::ScalarValue::Null), ty.clone())
+    };
+    let value = |column: &str, patch: Patch| {
+        match patch {
+            Patch::Int(v) => lit(v),
+            Patch::NoTextArray => null(&text_array),
+            Patch::NoOidArray => null(&oid_array),
+        }
+        .alias(column)
+    };
+    let schema = table.schema();
+    let kept = schema
+        .fields()
+        .iter()
+        .map(|f| match patches.iter().find(|(c, _)| c == f.name()) {
+            Some((c, p)) => value(c, *p),
+            None => col(datafusion::common::Column::new_unqualified(f.name())),
+        });
+    let added = patches
+        .iter()
+        .filter(|(c, _)| schema.field_with_name(c).is_err())
+        .map(|(c, p)| value(c, *p));
+    let plan = LogicalPlanBuilder::scan(name, provider_as_source(table), None)?
+        .project(kept.chain(added).collect::<Vec<_>>())?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// Rule 4: `pg_namespace` and a row for `information_schema`.
+fn with_information_schema(table: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::arrow::array::{Int32Array, StringArray};
+    let schema = table.schema();
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| -> ArrayRef {
+            match (f.name().as_str(), f.data_type()) {
+                ("oid", DataType::Int32) => {
+                    Arc::new(Int32Array::from(vec![INFORMATION_SCHEMA_OID]))
+                }
+                ("nspowner", DataType::Int32) => Arc::new(Int32Array::from(vec![OWNER_OID])),
+                ("nspname", DataType::Utf8) => {
+                    Arc::new(StringArray::from(vec!["information_schema"]))
+                }
+                (_, other) => new_null_array(other, 1),
+            }
+        })
+        .collect();
+    let row = RecordBatch::try_new(schema.clone(), columns)?;
+    let extra = Arc::new(MemTable::try_new(schema, vec![vec![row]])?);
+    let plan = LogicalPlanBuilder::scan("pg_namespace", provider_as_source(table), None)?
+        .union(
+            LogicalPlanBuilder::scan("information_schema_row", provider_as_source(extra), None)?
+                .build()?,
+        )?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// Rule 3: `acldefault("char", oid)`.
+pub(crate) fn acldefault() -> datafusion::logical_expr::ScalarUDF {
+    use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+    let text_array = DataType::List(Arc::new(
+        datafusion::arrow::datatypes::Field::new_list_field(DataType::Utf8, true),
+    ));
+    let out = text_array.clone();
+    create_udf(
+        "acldefault",
+        vec![DataType::Utf8, DataType::Int32],
+        text_array,
+        Volatility::Immutable,
+        Arc::new(move |_| {
+            Ok(ColumnarValue::Scalar(
+                datafusion::common::ScalarValue::try_from(&out)?,
+            ))
+        }),
+    )
+}
+
+/// Wraps the `pg_catalog` schema of `catalog` (rules 1 and 2).
+pub(crate) fn install(
+    catalog: &Arc<dyn datafusion::catalog::CatalogProvider>,
+    user: &str,
+) -> Result<()> {
+    let inner = catalog.schema("pg_catalog").ok_or_else(|| {
+        DataFusionError::Plan("pg_catalog is not set up: nothing to give owners to".into())
+    })?;
+    catalog.register_schema("pg_catalog", Arc::new(Owned::new(inner, user)))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::prelude::SessionContext;
+
+    #[tokio::test]
+    async fn the_one_role_has_oid_10_and_owns_every_relation() {
+        let roles = Arc::new(Schema::new(vec![
+            Field::new("rolname", DataType::Utf8, true),
+            Field::new("rolsuper", DataType::Boolean, true),
+            Field::new("rolreplication", DataType::Boolean, true),
+            Field::new("rolvaliduntil", DataType::Int64, true),
+            Field::new("oid", DataType::Int32, true),
+        ]));
+        let class = Arc::new(Schema::new(vec![
+            Field::new("relname", DataType::Utf8, false),
+            Field::new("relowner", DataType::Int32, false),
+        ]));
+        let inner = datafusion::catalog::MemorySchemaProvider::new();
+        inner
+            .register_table(
+                "pg_roles".into(),
+                Arc::new(MemTable::try_new(roles, vec![vec![]]).expect("table")),
+            )
+            .expect("registered");
+        let rows = RecordBatch::try_new(
+            class.clone(),
+            vec![
+                Arc::new(datafusion::arrow::array::StringArray::from(vec!["t"])),
+                Arc::new(datafusion::arrow::array::Int32Array::from(vec![0])),
+            ],
+        )
+        .expect("batch");
+        inner
+            .register_table(
+                "pg_class".into(),
+                Arc::new(MemTable::try_new(class, vec![vec![rows]]).expect("table")),
+            )
+            .expect("registered");
+        let ctx = SessionContext::new();
+        let catalog = ctx.catalog("datafusion").expect("default catalog");
+        catalog
+            .register_schema("pg_catalog", Arc::new(inner))
+            .expect("registered");
+        install(&catalog, "alice").expect("installed");
+        let text = |sql: &'static str| {
+            let ctx = ctx.clone();
+            async move {
+                let batches = ctx.sql(sql).await.expect(sql).collect().await.expect(sql);
+                datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+                    .expect("printable")
+                    .to_string()
+            }
+        };
+        let roles = text(
+            "SELECT oid, rolname, rolsuper, rolreplication, rolvaliduntil FROM pg_catalog.pg_roles",
+        )
+        .await;
+        assert!(
+            roles.contains("| 10  | alice   | true     | false          |"),
+            "{roles}"
+        );
+        let class = text("SELECT relname, relowner FROM pg_catalog.pg_class").await;
+        assert!(class.contains("| t       | 10       |"), "{class}");
+        let none = text("SELECT count(*) AS n FROM pg_catalog.pg_transform").await;
+        assert!(none.contains("| 0 |"), "{none}");
+    }
+}
