@@ -27,7 +27,7 @@ pub fn install_postgres_compat(engine: &SqlEngine, user: &str) -> Result<(), Str
         .context()
         .catalog(tierdb_tables::sql::CATALOG)
         .ok_or("cannot set up pg_catalog: the engine has no catalog")?;
-    crate::pgcatalog::install(&catalog, user)
+    crate::pgcatalog::install(&catalog, user, Some(engine.tables().clone()))
         .map_err(|e| format!("cannot set up pg_roles: {e}"))?;
     engine
         .context()

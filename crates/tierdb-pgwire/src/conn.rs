@@ -180,6 +180,19 @@ impl ConnState {
         if let Some(r) = show_isolation(&stmt, &session) {
             return r;
         }
+        let user = client.metadata().get("user").cloned().unwrap_or_default();
+        if let Some(r) = session
+            .guarded(async {
+                session.refuse_if_aborted(kind)?;
+                crate::pgcatalog::owner_change(&stmt, &user, &session)
+                    .await
+                    .transpose()
+            })
+            .await
+            .map_err(|e| table_error(&e))?
+        {
+            return Ok(Response::Execution(Tag::new(r)));
+        }
         if let Statement::Set(datafusion::sql::sqlparser::ast::Set::SetTransaction {
             modes,
             session: characteristics,

@@ -23,7 +23,7 @@
 //! | `copy` | COPY FROM STDIN (into the import path) and COPY TO STDOUT, their formats |
 //! | `cancel`, `stop` | CancelRequests; a statement given up (timeout, cancel) wherever it runs |
 //! | `show` | SET/SHOW, statement_timeout, tierdb's own settings |
-//! | `compat`, `catalogfns`, `pgcatalog` | pg_catalog and the catalog and settings functions tools call; the one role, owner of everything, and the catalog tables datafusion-pg-catalog lacks |
+//! | `compat`, `catalogfns`, `pgcatalog` | pg_catalog and the catalog and settings functions tools call; the one role, owner of everything, and the catalog tables datafusion-pg-catalog lacks; `declared`: `pg_attribute` with declared types and typmods |
 //! | `encode`, `floats`, `errors` | rows (floats in PostgreSQL's text), command tags, errors and warnings on the wire |
 //!
 //! [`SqlSession`]: tierdb_tables::sql::SqlSession
@@ -34,6 +34,7 @@ mod catalogfns;
 mod compat;
 mod conn;
 mod copy;
+mod declared;
 mod encode;
 mod errors;
 mod extended;

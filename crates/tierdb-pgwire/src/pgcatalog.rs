@@ -106,6 +106,8 @@ pub(crate) const ADDED_TABLES: [(&str, &[(&str, DataType)]); 2] = [
 pub(crate) struct Owned {
     inner: Arc<dyn SchemaProvider>,
     user: String,
+    /// The tables whose declared column types `pg_attribute` reports (`declared.rs`).
+    tables: Option<Arc<tierdb_tables::tables::Tables>>,
 }
 
 impl Owned {
@@ -113,6 +115,7 @@ impl Owned {
         Self {
             inner,
             user: user.to_string(),
+            tables: None,
         }
     }
 }
@@ -146,9 +149,20 @@ impl SchemaProvider for Owned {
         }
         Ok(Some(match name {
             "pg_roles" => one_role(table.schema(), &self.user)?,
-            "pg_class" | "pg_attribute" | "pg_partitioned_table" | "pg_policy" | "pg_proc" => {
-                patched(name, table)?
+            "pg_attribute" => {
+                let table = patched(name, table)?;
+                match (&self.tables, self.inner.table("pg_class").await?) {
+                    (Some(tables), Some(class)) => {
+                        let defs = tables
+                            .tables()
+                            .await
+                            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                        crate::declared::with_declared_types(table, class, &defs)?
+                    }
+                    _ => table,
+                }
             }
+            "pg_class" | "pg_partitioned_table" | "pg_policy" | "pg_proc" => patched(name, table)?,
             "pg_namespace" => with_information_schema(table)?,
             _ => table,
         }))
@@ -286,6 +300,76 @@ fn with_information_schema(table: Arc<dyn TableProvider>) -> Result<Arc<dyn Tabl
     Ok(Arc::new(ViewTable::new(plan, None)))
 }
 
+/// `ALTER TABLE t OWNER TO r` and `ALTER SCHEMA public OWNER TO r` (every pg_dump
+/// writes them): the one role owns everything already, so naming it (or CURRENT_USER,
+/// SESSION_USER, CURRENT_ROLE) changes nothing and is answered as done; another role is
+/// 42704, as PostgreSQL answers a role that does not exist. `None` for other statements.
+pub(crate) async fn owner_change(
+    stmt: &datafusion::sql::sqlparser::ast::Statement,
+    user: &str,
+    session: &tierdb_tables::sql::SqlSession,
+) -> Option<Result<&'static str, tierdb_tables::error::TableError>> {
+    use datafusion::sql::sqlparser::ast::{
+        AlterSchemaOperation, AlterTableOperation, Owner, Statement,
+    };
+    use tierdb_tables::error::TableError;
+    let is_user = |o: &Owner| match o {
+        Owner::Ident(i) => i.value == user,
+        Owner::CurrentRole | Owner::CurrentUser | Owner::SessionUser => true,
+    };
+    let (owners, tag, target): (Vec<&Owner>, _, _) = match stmt {
+        Statement::AlterTable(at) => {
+            let owners: Option<Vec<&Owner>> = at
+                .operations
+                .iter()
+                .map(|op| match op {
+                    AlterTableOperation::OwnerTo { new_owner } => Some(new_owner),
+                    _ => None,
+                })
+                .collect();
+            (owners?, "ALTER TABLE", Some(&at.name))
+        }
+        Statement::AlterSchema(s) => {
+            let owners: Option<Vec<&Owner>> = s
+                .operations
+                .iter()
+                .map(|op| match op {
+                    AlterSchemaOperation::OwnerTo { owner } => Some(owner),
+                    _ => None,
+                })
+                .collect();
+            let schema = s.name.to_string();
+            if schema != tierdb_tables::sql::SCHEMA {
+                return Some(Err(TableError::Column {
+                    code: "3F000",
+                    message: format!("schema \"{schema}\" does not exist"),
+                }));
+            }
+            (owners?, "ALTER SCHEMA", None)
+        }
+        _ => return None,
+    };
+    if owners.is_empty() {
+        return None;
+    }
+    if let Some(other) = owners.iter().find(|o| !is_user(o)) {
+        return Some(Err(TableError::Column {
+            code: "42704",
+            message: format!(
+                "role \"{other}\" does not exist (tierdb serve has one role, \"{user}\", which \
+                 owns everything)"
+            ),
+        }));
+    }
+    if let Some(name) = target {
+        let table = tierdb_tables::sql::relation_name(name).unwrap_or_else(|| name.to_string());
+        if let Err(e) = session.tables().require(&table).await {
+            return Some(Err(e));
+        }
+    }
+    Some(Ok(tag))
+}
+
 /// Rule 3: `acldefault("char", oid)`.
 pub(crate) fn acldefault() -> datafusion::logical_expr::ScalarUDF {
     use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
@@ -310,11 +394,14 @@ pub(crate) fn acldefault() -> datafusion::logical_expr::ScalarUDF {
 pub(crate) fn install(
     catalog: &Arc<dyn datafusion::catalog::CatalogProvider>,
     user: &str,
+    tables: Option<Arc<tierdb_tables::tables::Tables>>,
 ) -> Result<()> {
     let inner = catalog.schema("pg_catalog").ok_or_else(|| {
         DataFusionError::Plan("pg_catalog is not set up: nothing to give owners to".into())
     })?;
-    catalog.register_schema("pg_catalog", Arc::new(Owned::new(inner, user)))?;
+    let mut owned = Owned::new(inner, user);
+    owned.tables = tables;
+    catalog.register_schema("pg_catalog", Arc::new(owned))?;
     Ok(())
 }
 
@@ -363,7 +450,7 @@ mod tests {
         catalog
             .register_schema("pg_catalog", Arc::new(inner))
             .expect("registered");
-        install(&catalog, "alice").expect("installed");
+        install(&catalog, "alice", None).expect("installed");
         let text = |sql: &'static str| {
             let ctx = ctx.clone();
             async move {

@@ -159,7 +159,10 @@ impl ConnState {
                         }),
                     ),
                 );
-                let mut data = Box::pin(stop.guard_stream(copy_out_stream(stream, opts, header)));
+                // Fused: an empty COPY ends at the first poll and is polled again below.
+                let mut data = Box::pin(futures::StreamExt::fuse(
+                    stop.guard_stream(copy_out_stream(stream, opts, header)),
+                ));
                 // pgwire 0.41 answers an error inside COPY OUT with CopyFail, a frontend
                 // message clients refuse ("you cannot mix COPY with other operations"). An
                 // error before the first row (a timeout, a cancel, a failing aggregate: the

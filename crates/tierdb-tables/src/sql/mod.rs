@@ -335,7 +335,7 @@ pub(crate) fn ident_name(id: &datafusion::sql::sqlparser::ast::Ident) -> String 
 
 /// The catalog name of a table or view name: `t`, `public.t` or `tierdb.public.t`; `None`
 /// for a name in another schema or catalog.
-pub(crate) fn relation_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Option<String> {
+pub fn relation_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Option<String> {
     let parts: Vec<String> = name
         .0
         .iter()

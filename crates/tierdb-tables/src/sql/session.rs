@@ -671,6 +671,15 @@ impl SqlSession {
             let table = super::relation_name(&ct.name).unwrap_or_default();
             sequences = super::serial::rewrite(ct, &table);
             keys = Some((order, part));
+            // PostgreSQL's long names of VARCHAR(n) and CHAR(n) (pg_dump writes them).
+            for c in &mut ct.columns {
+                use datafusion::sql::sqlparser::ast::DataType as T;
+                c.data_type = match std::mem::replace(&mut c.data_type, T::Text) {
+                    T::CharacterVarying(n) | T::CharVarying(n) => T::Varchar(n),
+                    T::Character(n) => T::Char(n),
+                    other => other,
+                };
+            }
             // What the Arrow schema does not carry: VARCHAR(n), CHAR(n).
             declared = ct.columns.iter().map(|c| c.data_type.clone()).collect();
         }

@@ -1,0 +1,160 @@
+//! `pg_attribute` with the column types tierdb tables declare. datafusion-pg-catalog
+//! derives a column's type from its Arrow type, so `VARCHAR(20)` reads as `text` and
+//! `NUMERIC(10,2)` as `numeric` with no typmod: psql's `\d` showed the wrong types and a
+//! pg_dump restored `numeric(10,2)` as `numeric` (other scale, other answers). Here each
+//! column of a tierdb table that declares a length, precision or scale gets PostgreSQL's
+//! type oid and typmod for it (`character varying(20)`: 1043 and 24; `numeric(10,2)`: 1700
+//! and 655366); every other row is datafusion-pg-catalog's.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int32Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::catalog::TableProvider;
+use datafusion::catalog::{MemTable, view::ViewTable};
+use datafusion::common::{Column, Result};
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::{JoinType, LogicalPlanBuilder, cast, col};
+use tierdb_tables::catalog::ColumnType;
+
+/// PostgreSQL's type oid and typmod of a declared type with a modifier; `None` for types
+/// whose Arrow type says everything.
+pub(crate) fn type_and_typmod(ty: ColumnType) -> Option<(i32, i32)> {
+    // A typmod is the modifier plus VARHDRSZ (4); numeric packs (precision << 16) | scale.
+    Some(match ty {
+        ColumnType::Varchar { len } => (1043, i32::try_from(len).ok()?.checked_add(4)?),
+        ColumnType::Char { len } => (1042, i32::try_from(len).ok()?.checked_add(4)?),
+        ColumnType::Decimal { precision, scale } => (
+            1700,
+            ((i32::from(precision) << 16) | i32::from(scale.max(0))) + 4,
+        ),
+        _ => return None,
+    })
+}
+
+/// `attribute` (datafusion-pg-catalog's `pg_attribute`) with the declared types of
+/// `defs`' columns, matched by table name through `class` (its `pg_class`).
+pub(crate) fn with_declared_types(
+    attribute: Arc<dyn TableProvider>,
+    class: Arc<dyn TableProvider>,
+    defs: &[tierdb_tables::catalog::TableDef],
+) -> Result<Arc<dyn TableProvider>> {
+    let schema = attribute.schema();
+    let (Ok(typid), Ok(typmod)) = (
+        schema.field_with_name("atttypid"),
+        schema.field_with_name("atttypmod"),
+    ) else {
+        return Ok(attribute);
+    };
+    let (typid_ty, typmod_ty) = (typid.data_type().clone(), typmod.data_type().clone());
+    let (mut tables, mut columns, mut ids, mut mods) = (vec![], vec![], vec![], vec![]);
+    for def in defs {
+        for c in &def.columns {
+            if let Some((id, m)) = type_and_typmod(c.ty) {
+                tables.push(def.name.clone());
+                columns.push(c.name.clone());
+                ids.push(id);
+                mods.push(m);
+            }
+        }
+    }
+    if tables.is_empty() {
+        return Ok(attribute);
+    }
+    let declared_schema = Arc::new(Schema::new(vec![
+        Field::new("d_relname", DataType::Utf8, false),
+        Field::new("d_attname", DataType::Utf8, false),
+        Field::new("d_typid", DataType::Int32, false),
+        Field::new("d_typmod", DataType::Int32, false),
+    ]));
+    let rows = RecordBatch::try_new(
+        declared_schema.clone(),
+        vec![
+            Arc::new(StringArray::from(tables)),
+            Arc::new(StringArray::from(columns)),
+            Arc::new(Int32Array::from(ids)),
+            Arc::new(Int32Array::from(mods)),
+        ],
+    )?;
+    let declared = Arc::new(MemTable::try_new(declared_schema, vec![vec![rows]])?);
+    let relations = LogicalPlanBuilder::scan("c", provider_as_source(class), None)?
+        .project(vec![
+            col(Column::new(Some("c"), "oid")).alias("c_oid"),
+            col(Column::new(Some("c"), "relname")).alias("c_relname"),
+        ])?
+        .build()?;
+    let declared = LogicalPlanBuilder::scan("d", provider_as_source(declared), None)?.build()?;
+    let a = |name: &str| col(Column::new(Some("a"), name));
+    let kept = schema.fields().iter().map(|f| match f.name().as_str() {
+        "atttypid" => cast(
+            datafusion::functions::core::expr_fn::coalesce(vec![
+                cast(col("d_typid"), typid_ty.clone()),
+                a("atttypid"),
+            ]),
+            typid_ty.clone(),
+        )
+        .alias("atttypid"),
+        "atttypmod" => cast(
+            datafusion::functions::core::expr_fn::coalesce(vec![
+                cast(col("d_typmod"), typmod_ty.clone()),
+                a("atttypmod"),
+            ]),
+            typmod_ty.clone(),
+        )
+        .alias("atttypmod"),
+        name => a(name).alias(name),
+    });
+    let plan = LogicalPlanBuilder::scan("a", provider_as_source(attribute), None)?
+        .join(
+            relations,
+            JoinType::Left,
+            (
+                vec![Column::new(Some("a"), "attrelid")],
+                vec![Column::from_name("c_oid")],
+            ),
+            None,
+        )?
+        .join(
+            declared,
+            JoinType::Left,
+            (
+                vec![
+                    Column::from_name("c_relname"),
+                    Column::new(Some("a"), "attname"),
+                ],
+                vec![
+                    Column::new(Some("d"), "d_relname"),
+                    Column::new(Some("d"), "d_attname"),
+                ],
+            ),
+            None,
+        )?
+        .project(kept.collect::<Vec<_>>())?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typmods_are_postgresqls() {
+        assert_eq!(
+            type_and_typmod(ColumnType::Varchar { len: 20 }),
+            Some((1043, 24))
+        );
+        assert_eq!(
+            type_and_typmod(ColumnType::Char { len: 1 }),
+            Some((1042, 5))
+        );
+        assert_eq!(
+            type_and_typmod(ColumnType::Decimal {
+                precision: 10,
+                scale: 2
+            }),
+            Some((1700, 655_366))
+        );
+        assert_eq!(type_and_typmod(ColumnType::Int32), None);
+    }
+}
