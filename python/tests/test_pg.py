@@ -552,17 +552,21 @@ def test_pg_dump_round_trip(db, tmp_path):
     tierdb("sql", db, "-c", "INSERT INTO t VALUES (1, 'tab\there', 1.5, '2024-01-02 03:04:05', true, 0.1), "
            "(2, NULL, NULL, NULL, NULL, NULL), (3, 'quote''s \\ back', -7.25, '1999-12-31 23:59:59', false, -2.5e10)")
     tierdb("sql", db, "-c", "CREATE TABLE empty (k BIGINT NOT NULL)")
+    tierdb("sql", db, "-c", "CREATE VIEW big AS SELECT id, d FROM t WHERE d > 0")
     env = dict(os.environ, PGPASSWORD=pg_clients.PASSWORD)
     query = "SELECT * FROM t ORDER BY id"
+    view = "SELECT * FROM big ORDER BY id"
     with serve(BIN, db, log=str(tmp_path / "src.log")) as (_, port):
         dump = subprocess.run([PG_DUMP, "-h", "127.0.0.1", "-p", str(port), "-U", "tierdb", "tierdb"],
                               capture_output=True, text=True, env=env, timeout=300)
         assert dump.returncode == 0, dump.stderr
         before = psql_at(port, query, env)
+        before_view = psql_at(port, view, env)
     assert "CREATE TABLE public.t (" in dump.stdout and "COPY public.t " in dump.stdout, dump.stdout
     assert "CREATE TABLE public.empty (" in dump.stdout, dump.stdout
     # Declared types as PostgreSQL's pg_dump writes them (pg_attribute's typmods).
     assert "v character varying(20)," in dump.stdout and "d numeric(10,2)," in dump.stdout, dump.stdout
+    assert "CREATE VIEW public.big AS" in dump.stdout, dump.stdout
     fresh = str(tmp_path / "restored")
     tierdb("sql", fresh, "--create", "-c", "SELECT 1")
     with serve(BIN, fresh, log=str(tmp_path / "dst.log")) as (_, port):
@@ -572,6 +576,7 @@ def test_pg_dump_round_trip(db, tmp_path):
         assert restore.returncode == 0, restore.stderr
         after = psql_at(port, query, env)
         assert psql_at(port, "SELECT count(*) FROM empty", env).split() == ["0"]
+        assert psql_at(port, view, env) == before_view == "1|1.50\n", before_view
     assert after == before and len(before.splitlines()) == 3, (before, after)
 
 

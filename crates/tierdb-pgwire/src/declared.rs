@@ -5,6 +5,12 @@
 //! column of a tierdb table that declares a length, precision or scale gets PostgreSQL's
 //! type oid and typmod for it (`character varying(20)`: 1043 and 24; `numeric(10,2)`: 1700
 //! and 655366); every other row is datafusion-pg-catalog's.
+//!
+//! Views are declared too: [`view_definitions`] is `pg_catalog.tierdb_viewdefs(oid,
+//! definition)`, the stored query of each view by its `pg_class` oid, which
+//! `pg_get_viewdef(oid)` reads (`parse.rs` rewrites the call into a lookup); and
+//! [`with_view_dependencies`] adds to `pg_depend` that each view depends on the relations
+//! its query reads, so pg_dump creates those first.
 
 use std::sync::Arc;
 
@@ -130,6 +136,167 @@ pub(crate) fn with_declared_types(
             None,
         )?
         .project(kept.collect::<Vec<_>>())?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// The name `pg_get_viewdef` is answered from.
+pub(crate) const VIEW_DEFINITIONS: &str = "tierdb_viewdefs";
+
+/// `tierdb_viewdefs(oid, definition)`: each view of `views` by the oid `class` (its
+/// `pg_class`) gives it, its definition as PostgreSQL's `pg_get_viewdef` writes one (the
+/// query, then `;`); a view declared with column names selects its query under them.
+pub(crate) fn view_definitions(
+    class: Arc<dyn TableProvider>,
+    views: &[tierdb_tables::views::ViewDef],
+) -> Result<Arc<dyn TableProvider>> {
+    let definitions: Vec<String> = views
+        .iter()
+        .map(|v| {
+            if v.columns.is_empty() {
+                format!(" {};", v.query)
+            } else {
+                format!(
+                    " SELECT * FROM ({}) AS {}({});",
+                    v.query,
+                    v.name,
+                    v.columns.join(", ")
+                )
+            }
+        })
+        .collect();
+    let names: Vec<&str> = views.iter().map(|v| v.name.as_str()).collect();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("v_name", DataType::Utf8, false),
+        Field::new("definition", DataType::Utf8, false),
+    ]));
+    let rows = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(names)),
+            Arc::new(StringArray::from(definitions)),
+        ],
+    )?;
+    let stored = Arc::new(MemTable::try_new(schema, vec![vec![rows]])?);
+    let plan = LogicalPlanBuilder::scan("c", provider_as_source(class), None)?
+        .filter(col(Column::new(Some("c"), "relkind")).eq(datafusion::logical_expr::lit("v")))?
+        .join(
+            LogicalPlanBuilder::scan("s", provider_as_source(stored), None)?.build()?,
+            JoinType::Inner,
+            (
+                vec![Column::new(Some("c"), "relname")],
+                vec![Column::new(Some("s"), "v_name")],
+            ),
+            None,
+        )?
+        .project(vec![
+            col(Column::new(Some("c"), "oid")).alias("oid"),
+            col(Column::new(Some("s"), "definition")).alias("definition"),
+        ])?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// The relations `view`'s query reads, by the names tierdb gives them.
+fn read_by(view: &tierdb_tables::views::ViewDef) -> Vec<String> {
+    use datafusion::sql::sqlparser::ast::visit_relations;
+    let Ok(statements) = tierdb_tables::sql::parse(&view.query) else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    for s in &statements {
+        if let datafusion::sql::parser::Statement::Statement(s) = s {
+            let _ = visit_relations(s.as_ref(), |n| {
+                if let Some(t) = tierdb_tables::sql::relation_name(n) {
+                    names.push(t);
+                }
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// `depend` (datafusion-pg-catalog's `pg_depend`) and a normal dependency (`n`) of each
+/// view of `views` on each relation its query reads, both by their `class` oids.
+pub(crate) fn with_view_dependencies(
+    depend: Arc<dyn TableProvider>,
+    class: Arc<dyn TableProvider>,
+    views: &[tierdb_tables::views::ViewDef],
+) -> Result<Arc<dyn TableProvider>> {
+    let (mut from, mut to) = (Vec::new(), Vec::new());
+    for v in views {
+        for t in read_by(v) {
+            from.push(v.name.clone());
+            to.push(t);
+        }
+    }
+    let schema = depend.schema();
+    if from.is_empty() || schema.fields().len() != 7 {
+        return Ok(depend);
+    }
+    let pairs = Arc::new(Schema::new(vec![
+        Field::new("p_view", DataType::Utf8, false),
+        Field::new("p_read", DataType::Utf8, false),
+    ]));
+    let rows = RecordBatch::try_new(
+        pairs.clone(),
+        vec![
+            Arc::new(StringArray::from(from)),
+            Arc::new(StringArray::from(to)),
+        ],
+    )?;
+    let pairs = Arc::new(MemTable::try_new(pairs, vec![vec![rows]])?);
+    let names = |alias: &str| -> Result<datafusion::logical_expr::LogicalPlan> {
+        LogicalPlanBuilder::scan(alias, provider_as_source(class.clone()), None)?
+            .project(vec![
+                col(Column::new(Some(alias), "oid")).alias(format!("{alias}_oid")),
+                col(Column::new(Some(alias), "relname")).alias(format!("{alias}_name")),
+            ])?
+            .build()
+    };
+    // pg_class's oid for classid and refclassid: PostgreSQL's 1259.
+    let typed = |name: &str, v: datafusion::logical_expr::Expr| {
+        let ty = schema
+            .field_with_name(name)
+            .map(|f| f.data_type().clone())
+            .unwrap_or(DataType::Int32);
+        cast(v, ty).alias(name)
+    };
+    use datafusion::logical_expr::lit;
+    let added = LogicalPlanBuilder::scan("p", provider_as_source(pairs), None)?
+        .join(
+            names("vw")?,
+            JoinType::Inner,
+            (
+                vec![Column::new(Some("p"), "p_view")],
+                vec![Column::from_name("vw_name")],
+            ),
+            None,
+        )?
+        .join(
+            names("rd")?,
+            JoinType::Inner,
+            (
+                vec![Column::new(Some("p"), "p_read")],
+                vec![Column::from_name("rd_name")],
+            ),
+            None,
+        )?
+        .project(vec![
+            typed("classid", lit(1259)),
+            typed("objid", col("vw_oid")),
+            typed("objsubid", lit(0)),
+            typed("refclassid", lit(1259)),
+            typed("refobjid", col("rd_oid")),
+            typed("refobjsubid", lit(0)),
+            typed("deptype", lit("n")),
+        ])?
+        .build()?;
+    let plan = LogicalPlanBuilder::scan("pg_depend", provider_as_source(depend), None)?
+        .union(added)?
         .build()?;
     Ok(Arc::new(ViewTable::new(plan, None)))
 }

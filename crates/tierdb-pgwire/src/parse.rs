@@ -134,6 +134,7 @@ fn parse_unrepaired(
                 array_subqueries(&mut s);
                 array_literal_comparisons(&mut s);
                 rowless_subqueries(&mut s);
+                view_definition_lookups(&mut s);
                 let mut s = parser.rewrite(s);
                 aggregate_scalar_subqueries(&mut s);
                 qualify_added_tables(&mut s);
@@ -174,6 +175,37 @@ fn no_options(stmt: &mut Statement) {
                 .and_then(|mut p| p.parse_expr())
         {
             *e = empty;
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `pg_get_viewdef(x[, pretty])` (pg_dump, psql's `\d+` of a view) becomes `(SELECT
+/// definition FROM pg_catalog.tierdb_viewdefs WHERE oid = x)`: the stored query of the
+/// view (`declared.rs`).
+fn view_definition_lookups(stmt: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{
+        Expr, FunctionArg, FunctionArgExpr, FunctionArguments, visit_expressions_mut,
+    };
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let _ = visit_expressions_mut(stmt, |e| {
+        if let Expr::Function(f) = e
+            && f.name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .is_some_and(|i| i.value.eq_ignore_ascii_case("pg_get_viewdef"))
+            && let FunctionArguments::List(list) = &f.args
+            && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(view))) = list.args.first()
+            && let Ok(lookup) = Parser::new(&PostgreSqlDialect {})
+                .try_with_sql(&format!(
+                    "(SELECT definition FROM pg_catalog.{} WHERE oid = {view})",
+                    crate::declared::VIEW_DEFINITIONS
+                ))
+                .and_then(|mut p| p.parse_expr())
+        {
+            *e = lookup;
         }
         std::ops::ControlFlow::<()>::Continue(())
     });

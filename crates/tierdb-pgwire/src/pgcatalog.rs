@@ -129,6 +129,15 @@ impl SchemaProvider for Owned {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if name == crate::declared::VIEW_DEFINITIONS
+            && let (Some(tables), Some(class)) = (&self.tables, self.inner.table("pg_class").await?)
+        {
+            let views = tables
+                .views()
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            return Ok(Some(crate::declared::view_definitions(class, &views)?));
+        }
         if let Some((_, columns)) = ADDED_TABLES.iter().find(|(t, _)| *t == name) {
             let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
                 columns
@@ -164,12 +173,24 @@ impl SchemaProvider for Owned {
             }
             "pg_class" | "pg_partitioned_table" | "pg_policy" | "pg_proc" => patched(name, table)?,
             "pg_namespace" => with_information_schema(table)?,
+            "pg_depend" => match (&self.tables, self.inner.table("pg_class").await?) {
+                (Some(tables), Some(class)) => {
+                    let views = tables
+                        .views()
+                        .await
+                        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    crate::declared::with_view_dependencies(table, class, &views)?
+                }
+                _ => table,
+            },
             _ => table,
         }))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        ADDED_TABLES.iter().any(|(t, _)| *t == name) || self.inner.table_exist(name)
+        ADDED_TABLES.iter().any(|(t, _)| *t == name)
+            || (name == crate::declared::VIEW_DEFINITIONS && self.tables.is_some())
+            || self.inner.table_exist(name)
     }
 }
 
@@ -363,7 +384,9 @@ pub(crate) async fn owner_change(
     }
     if let Some(name) = target {
         let table = tierdb_tables::sql::relation_name(name).unwrap_or_else(|| name.to_string());
-        if let Err(e) = session.tables().require(&table).await {
+        // PostgreSQL takes ALTER TABLE … OWNER TO for views too (pg_dump writes it so).
+        let is_view = matches!(session.tables().view(&table).await, Ok(Some(_)));
+        if !is_view && let Err(e) = session.tables().require(&table).await {
             return Some(Err(e));
         }
     }
