@@ -48,6 +48,15 @@ def serve(bin_path, db, *extra, env=None, log=None):
                 if time.time() > deadline:
                     raise RuntimeError("tierdb serve did not start")
                 time.sleep(0.2)
+        # The port is bound before the database is opened: with a log, also wait for the
+        # last start-up line ("tierdb serving …", after the memory budget's, which tests
+        # read), so nothing races the server's own output.
+        while log and "tierdb serving" not in open(log).read():
+            if p.poll() is not None:
+                raise RuntimeError("tierdb serve exited: %s" % open(log).read())
+            if time.time() > deadline:
+                raise RuntimeError("tierdb serve did not print that it is serving")
+            time.sleep(0.1)
         yield p, port
     finally:
         if p.poll() is None:

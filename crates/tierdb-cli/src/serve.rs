@@ -163,6 +163,10 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
     let (engine, handle) = open_served(&args.db, &args.kv, &args.engine, role, &args.user).await?;
     let database =
         tierdb_pgwire::Served::new(&args.db, args.recover_for.into(), opener, engine, handle);
+    if let Ok(plan) = args.engine.memory_plan(args.kv.tiers.memory_bytes) {
+        println!("{}", plan.describe());
+    }
+    // The last start-up line: tools (and the tests) wait for it.
     let addr = listener
         .local_addr()
         .map_or_else(|_| args.listen.clone(), |a| a.to_string());
@@ -179,9 +183,6 @@ pub async fn run_serve(args: ServeArgs) -> CliResult {
         addr.rsplit_once(':').map_or("5433", |(_, p)| p),
         args.user
     );
-    if let Ok(plan) = args.engine.memory_plan(args.kv.tiers.memory_bytes) {
-        println!("{}", plan.describe());
-    }
     spawn_term_watchdog();
     let config = tierdb_pgwire::ServerConfig {
         user: args.user.clone(),
