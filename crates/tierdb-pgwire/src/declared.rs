@@ -8,7 +8,7 @@
 //!
 //! Views are declared too: [`view_definitions`] is `pg_catalog.tierdb_viewdefs(oid,
 //! definition)`, the stored query of each view by its `pg_class` oid, which
-//! `pg_get_viewdef(oid)` reads (`parse.rs` rewrites the call into a lookup); and
+//! `pg_get_viewdef(oid)` reads (`catalogsql.rs` rewrites the call into a lookup); and
 //! [`with_view_dependencies`] adds to `pg_depend` that each view depends on the relations
 //! its query reads, so pg_dump creates those first.
 

@@ -18,7 +18,7 @@
 //! | [`serve`] (here) | the accept loop: one set of handlers per connection |
 //! | `tls`, `auth` | TLS (rustls) and the loopback rule; SCRAM against the one user |
 //! | `conn` | a connection's session (made again after a reopen) and running one statement |
-//! | `parse`, `systemcols` | query strings into statements (PostgreSQL's syntax, then tierdb's); catalog system columns |
+//! | `parse`, `catalogsql`, `systemcols` | query strings into statements (PostgreSQL's syntax, then tierdb's); rewrites of catalog queries; catalog system columns |
 //! | `simple`, `extended` | the simple and the extended query protocol |
 //! | `copy` | COPY FROM STDIN (into the import path) and COPY TO STDOUT, their formats |
 //! | `cancel`, `stop` | CancelRequests; a statement given up (timeout, cancel) wherever it runs |
@@ -31,6 +31,7 @@
 mod auth;
 mod cancel;
 mod catalogfns;
+mod catalogsql;
 mod compat;
 mod conn;
 mod copy;

@@ -25,7 +25,7 @@
 //! 5. The catalog tables of [`ADDED_TABLES`], which pg_dump reads and datafusion-pg-catalog
 //!    does not have, are there and empty (tierdb has no transforms or security labels); a
 //!    query naming them
-//!    without `pg_catalog.` finds them too (`parse.rs`).
+//!    without `pg_catalog.` finds them too (`catalogsql.rs`).
 //! 6. The tables of [`EMPTIED_TABLES`] have no rows: datafusion-pg-catalog's rows of them
 //!    are those of the PostgreSQL it was exported from and name its system views, which
 //!    its `pg_class` does not list (pg_dump: "parent table with OID 12000 of pg_rewrite
@@ -54,7 +54,7 @@ pub(crate) const EMPTIED_TABLES: [&str; 1] = ["pg_rewrite"];
 
 /// The catalog tables of features tierdb does not have (row security policies, event
 /// triggers, triggers, foreign data, publications, subscriptions, security labels, rules,
-/// transforms): they have no rows, so a query joining one has none either (`parse.rs`
+/// transforms): they have no rows, so a query joining one has none either (`catalogsql.rs`
 /// answers such queries' subqueries with NULL without planning them).
 pub(crate) const FEATURES_ABSENT: [&str; 14] = [
     "pg_policy",
