@@ -180,18 +180,16 @@ impl ConnState {
         if let Some(r) = show_isolation(&stmt, &session) {
             return r;
         }
-        let user = client.metadata().get("user").cloned().unwrap_or_default();
-        if let Some(r) = session
-            .guarded(async {
-                session.refuse_if_aborted(kind)?;
-                crate::pgcatalog::owner_change(&stmt, &user, &session)
-                    .await
-                    .transpose()
-            })
-            .await
-            .map_err(|e| table_error(&e))?
-        {
-            return Ok(Response::Execution(Tag::new(r)));
+        if let Some(change) = crate::pgcatalog::OwnerChange::of(&stmt) {
+            let user = client.metadata().get("user").cloned().unwrap_or_default();
+            let tag = session
+                .guarded(async {
+                    session.refuse_if_aborted(kind)?;
+                    change.check(&user, &session).await
+                })
+                .await
+                .map_err(|e| table_error(&e))?;
+            return Ok(Response::Execution(Tag::new(tag)));
         }
         if let Statement::Set(datafusion::sql::sqlparser::ast::Set::SetTransaction {
             modes,

@@ -321,76 +321,95 @@ fn with_information_schema(table: Arc<dyn TableProvider>) -> Result<Arc<dyn Tabl
     Ok(Arc::new(ViewTable::new(plan, None)))
 }
 
-/// `ALTER TABLE t OWNER TO r` and `ALTER SCHEMA public OWNER TO r` (every pg_dump
-/// writes them): the one role owns everything already, so naming it (or CURRENT_USER,
-/// SESSION_USER, CURRENT_ROLE) changes nothing and is answered as done; another role is
-/// 42704, as PostgreSQL answers a role that does not exist. `None` for other statements.
-pub(crate) async fn owner_change(
-    stmt: &datafusion::sql::sqlparser::ast::Statement,
-    user: &str,
-    session: &tierdb_tables::sql::SqlSession,
-) -> Option<Result<&'static str, tierdb_tables::error::TableError>> {
-    use datafusion::sql::sqlparser::ast::{
-        AlterSchemaOperation, AlterTableOperation, Owner, Statement,
-    };
-    use tierdb_tables::error::TableError;
-    let is_user = |o: &Owner| match o {
-        Owner::Ident(i) => i.value == user,
-        Owner::CurrentRole | Owner::CurrentUser | Owner::SessionUser => true,
-    };
-    let (owners, tag, target): (Vec<&Owner>, _, _) = match stmt {
-        Statement::AlterTable(at) => {
-            let owners: Option<Vec<&Owner>> = at
-                .operations
-                .iter()
-                .map(|op| match op {
-                    AlterTableOperation::OwnerTo { new_owner } => Some(new_owner),
-                    _ => None,
-                })
-                .collect();
-            (owners?, "ALTER TABLE", Some(&at.name))
+/// An `ALTER TABLE … OWNER TO` or `ALTER SCHEMA … OWNER TO` (every pg_dump writes them).
+pub(crate) struct OwnerChange<'a> {
+    owners: Vec<&'a datafusion::sql::sqlparser::ast::Owner>,
+    /// The table (or view) or the schema named.
+    name: &'a datafusion::sql::sqlparser::ast::ObjectName,
+    schema: bool,
+}
+
+impl<'a> OwnerChange<'a> {
+    /// `stmt` if it only changes owners.
+    pub(crate) fn of(stmt: &'a datafusion::sql::sqlparser::ast::Statement) -> Option<Self> {
+        use datafusion::sql::sqlparser::ast::{
+            AlterSchemaOperation, AlterTableOperation, Statement,
+        };
+        let (owners, name, schema): (Option<Vec<_>>, _, _) = match stmt {
+            Statement::AlterTable(at) => (
+                at.operations
+                    .iter()
+                    .map(|op| match op {
+                        AlterTableOperation::OwnerTo { new_owner } => Some(new_owner),
+                        _ => None,
+                    })
+                    .collect(),
+                &at.name,
+                false,
+            ),
+            Statement::AlterSchema(s) => (
+                s.operations
+                    .iter()
+                    .map(|op| match op {
+                        AlterSchemaOperation::OwnerTo { owner } => Some(owner),
+                        _ => None,
+                    })
+                    .collect(),
+                &s.name,
+                true,
+            ),
+            _ => return None,
+        };
+        let owners = owners.filter(|o| !o.is_empty())?;
+        Some(Self {
+            owners,
+            name,
+            schema,
+        })
+    }
+
+    /// The one role owns everything already, so naming it (or CURRENT_USER, SESSION_USER,
+    /// CURRENT_ROLE) changes nothing and is answered with the command's tag; another role
+    /// is 42704, as PostgreSQL answers a role that does not exist; a missing table or
+    /// schema is 42P01 or 3F000.
+    pub(crate) async fn check(
+        &self,
+        user: &str,
+        session: &tierdb_tables::sql::SqlSession,
+    ) -> Result<&'static str, tierdb_tables::error::TableError> {
+        use datafusion::sql::sqlparser::ast::Owner;
+        use tierdb_tables::error::TableError;
+        let is_user = |o: &Owner| match o {
+            Owner::Ident(i) => i.value == user,
+            Owner::CurrentRole | Owner::CurrentUser | Owner::SessionUser => true,
+        };
+        if let Some(other) = self.owners.iter().find(|o| !is_user(o)) {
+            return Err(TableError::Column {
+                code: "42704",
+                message: format!(
+                    "role \"{other}\" does not exist (tierdb serve has one role, \"{user}\", \
+                     which owns everything)"
+                ),
+            });
         }
-        Statement::AlterSchema(s) => {
-            let owners: Option<Vec<&Owner>> = s
-                .operations
-                .iter()
-                .map(|op| match op {
-                    AlterSchemaOperation::OwnerTo { owner } => Some(owner),
-                    _ => None,
-                })
-                .collect();
-            let schema = s.name.to_string();
+        if self.schema {
+            let schema = self.name.to_string();
             if schema != tierdb_tables::sql::SCHEMA {
-                return Some(Err(TableError::Column {
+                return Err(TableError::Column {
                     code: "3F000",
                     message: format!("schema \"{schema}\" does not exist"),
-                }));
+                });
             }
-            (owners?, "ALTER SCHEMA", None)
+            return Ok("ALTER SCHEMA");
         }
-        _ => return None,
-    };
-    if owners.is_empty() {
-        return None;
-    }
-    if let Some(other) = owners.iter().find(|o| !is_user(o)) {
-        return Some(Err(TableError::Column {
-            code: "42704",
-            message: format!(
-                "role \"{other}\" does not exist (tierdb serve has one role, \"{user}\", which \
-                 owns everything)"
-            ),
-        }));
-    }
-    if let Some(name) = target {
-        let table = tierdb_tables::sql::relation_name(name).unwrap_or_else(|| name.to_string());
+        let table =
+            tierdb_tables::sql::relation_name(self.name).unwrap_or_else(|| self.name.to_string());
         // PostgreSQL takes ALTER TABLE … OWNER TO for views too (pg_dump writes it so).
-        let is_view = matches!(session.tables().view(&table).await, Ok(Some(_)));
-        if !is_view && let Err(e) = session.tables().require(&table).await {
-            return Some(Err(e));
+        if !matches!(session.tables().view(&table).await, Ok(Some(_))) {
+            session.tables().require(&table).await?;
         }
+        Ok("ALTER TABLE")
     }
-    Some(Ok(tag))
 }
 
 /// Rule 3: `acldefault("char", oid)`.
@@ -433,6 +452,24 @@ mod tests {
     use super::*;
     use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion::prelude::SessionContext;
+
+    #[test]
+    fn only_statements_that_change_owners_alone_are_owner_changes() {
+        use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+        use datafusion::sql::sqlparser::parser::Parser;
+        let of = |sql: &str| {
+            let s = Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("parses");
+            OwnerChange::of(&s[0]).map(|c| (c.owners.len(), c.schema))
+        };
+        assert_eq!(of("ALTER TABLE public.t OWNER TO tierdb"), Some((1, false)));
+        assert_eq!(
+            of("ALTER SCHEMA public OWNER TO CURRENT_USER"),
+            Some((1, true))
+        );
+        assert_eq!(of("ALTER SCHEMA other RENAME TO x"), None);
+        assert_eq!(of("ALTER TABLE t ADD COLUMN c INT"), None);
+        assert_eq!(of("SELECT 1"), None);
+    }
 
     #[tokio::test]
     async fn the_one_role_has_oid_10_and_owns_every_relation() {

@@ -217,3 +217,35 @@ async fn described_column_types_are_the_types_of_the_rows() {
         ["Int64", "Decimal128(38, 0)", "Int64", "Int64", "Int64"]
     );
 }
+
+/// Each session's stop flag is the one its planning rules read, and its own: raising one
+/// session's (as a statement timeout does) fails that session's planning at the next rule
+/// and leaves another session's alone (invariant 1 of `interrupt.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raised_interrupt_stops_its_own_sessions_planning_only() {
+    use tierdb_tables::interrupt::Interrupt;
+    let (e, _) = common::engine(1000).await;
+    let (a, b) = (e.new_session(), e.new_session());
+    a.sql("CREATE TABLE i (k INT NOT NULL)").await.unwrap();
+    a.interrupt().raise();
+    let seen = |s: &SqlSession| {
+        Interrupt::of(s.context().state().config_options())
+            .unwrap()
+            .raised()
+    };
+    assert!(seen(&a) && !seen(&b));
+    // Planning of a query (rows are planned when they are asked for) fails on `a`'s flag.
+    let Outcome::Rows(rows) = a
+        .execute_outcome(stmt("SELECT k FROM i"), None)
+        .await
+        .unwrap()
+    else {
+        panic!("a query answers rows");
+    };
+    a.interrupt().raise(); // the statement's start cleared it; a timeout raises it now
+    let err = rows.collect().await.unwrap_err();
+    assert!(err.to_string().contains("interrupted"), "{err}");
+    assert_eq!(count(&b, "i").await, 0);
+    // The next statement of `a` starts with the flag cleared.
+    assert_eq!(count(&a, "i").await, 0);
+}

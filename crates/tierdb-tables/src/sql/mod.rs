@@ -157,7 +157,8 @@ impl SqlEngine {
         // zone DataFusion would make both zone-less timestamps.
         config.options_mut().execution.time_zone = Some(crate::catalog::UTC.into());
         // A statement timeout or cancel stops planning at the next rule (`interrupt.rs`).
-        config.options_mut().extensions.insert(Interrupt::fresh());
+        let interrupt = Interrupt::fresh();
+        config.options_mut().extensions.insert(interrupt.clone());
         let runtime = runtime_env(options)?;
         // PostgreSQL's arithmetic: integer overflow fails, sum(bigint) is numeric (`checked.rs`).
         let mut analyzer = datafusion::optimizer::Analyzer::new().rules;
@@ -230,6 +231,7 @@ impl SqlEngine {
                 notices: Default::default(),
                 cards,
                 distributed: !options.workers.is_empty(),
+                interrupt,
             },
         })
     }
@@ -255,7 +257,8 @@ impl SqlEngine {
         let base = self.session.ctx.state();
         let mut config = base.config().clone().with_extension(slot.clone());
         // Its own stop flag (invariant 1 of `interrupt.rs`).
-        config.options_mut().extensions.insert(Interrupt::fresh());
+        let interrupt = Interrupt::fresh();
+        config.options_mut().extensions.insert(interrupt.clone());
         let state = datafusion::execution::SessionStateBuilder::new_from_existing(base)
             .with_config(config)
             .build();
@@ -273,6 +276,7 @@ impl SqlEngine {
             notices: Default::default(),
             cards: self.session.cards.clone(),
             distributed: self.session.distributed,
+            interrupt,
         }
     }
 

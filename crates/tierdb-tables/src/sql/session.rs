@@ -58,6 +58,9 @@ pub struct SqlSession {
     pub(super) cards: Option<Arc<Cardinalities>>,
     /// Queries are spread over worker processes (`EngineOptions::workers`).
     pub(super) distributed: bool,
+    /// The stop flag in this session's options (`interrupt.rs`), kept here to be read
+    /// without copying the session's state for every statement.
+    pub(super) interrupt: crate::interrupt::Interrupt,
 }
 
 /// The session's transaction slot and its aborted flag: what a failure anywhere (also in a
@@ -226,9 +229,7 @@ impl SqlSession {
     /// This session's stop flag: raised by whoever gives up on the running statement
     /// (a statement timeout, a cancel request), it stops planning at the next rule.
     pub fn interrupt(&self) -> crate::interrupt::Interrupt {
-        crate::interrupt::Interrupt::of(self.ctx.state().config_options())
-            .cloned()
-            .unwrap_or_default()
+        self.interrupt.clone()
     }
 
     pub fn context(&self) -> &SessionContext {
@@ -578,7 +579,7 @@ impl SqlSession {
     ) -> Result<Outcome> {
         let kind = StatementKind::of(&stmt);
         self.refuse_if_aborted(kind)?;
-        self.interrupt().clear(); // invariant 2 of `interrupt.rs`
+        self.interrupt.clear(); // invariant 2 of `interrupt.rs`
         match kind {
             StatementKind::Begin if self.in_transaction() => {
                 self.notice("25001", "there is already a transaction in progress");
