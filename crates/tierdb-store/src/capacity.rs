@@ -63,7 +63,7 @@ impl StoreUrl {
                     .map_err(|e| invalid(&format!("cannot resolve a relative path: {e}")))?
                     .join(path)
             };
-            return Ok(StoreUrl::Local(abs));
+            return Ok(StoreUrl::Local(lexically_normal(&abs)));
         };
         match scheme.to_ascii_lowercase().as_str() {
             "file" => {
@@ -90,6 +90,24 @@ impl StoreUrl {
             ))),
         }
     }
+}
+
+/// `abs` without `.` and `..` components (`..` removes the component before it, as the
+/// shell's `cd` does; symbolic links are not followed). Object-store paths have no such
+/// components: kept, `./db` became a directory named `%2E` beside the one meant.
+fn lexically_normal(abs: &FsPath) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 impl fmt::Display for StoreUrl {
@@ -346,6 +364,16 @@ mod tests {
             StoreUrl::parse("relative/dir").unwrap(),
             StoreUrl::Local(p) if p.is_absolute()
         ));
+        // `.` and `..` are resolved: object-store paths cannot hold them.
+        let here = std::env::current_dir().unwrap();
+        assert_eq!(
+            StoreUrl::parse("./db").unwrap(),
+            StoreUrl::Local(here.join("db"))
+        );
+        assert_eq!(
+            StoreUrl::parse("/tmp/./a/../db/.").unwrap(),
+            StoreUrl::Local("/tmp/db".into())
+        );
     }
 
     #[test]
