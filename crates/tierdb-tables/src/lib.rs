@@ -49,6 +49,7 @@ pub mod sql;
 pub mod tables;
 pub mod textvalue;
 pub mod txn;
+pub mod unknowntext;
 pub mod views;
 pub mod write;
 

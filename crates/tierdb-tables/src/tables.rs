@@ -161,6 +161,18 @@ impl Tables {
         catalog::get_table(self.reader.as_ref(), name).await
     }
 
+    /// The table `def` as the catalog has it now, found by its id: under a new name if it
+    /// was renamed (a transaction's writes follow their table through `ALTER TABLE …
+    /// RENAME TO`), `None` if it was dropped.
+    pub(crate) async fn table_by_id(&self, def: &TableDef) -> Result<Option<TableDef>> {
+        if let Some(now) = self.table(&def.name).await?
+            && now.id == def.id
+        {
+            return Ok(Some(now));
+        }
+        Ok(self.tables().await?.into_iter().find(|t| t.id == def.id))
+    }
+
     pub async fn require(&self, name: &str) -> Result<TableDef> {
         self.table(name)
             .await?
@@ -402,12 +414,15 @@ impl Tables {
         let mut writes = writes;
         let kv = self.kv_writer().map_err(before)?;
         let _guard = self.commit_lock.lock().await;
-        for w in &writes {
-            match self.table(&w.table.name).await.map_err(before)? {
+        for w in writes.iter_mut() {
+            match self.table_by_id(&w.table).await.map_err(before)? {
                 Some(now)
                     if now.id == w.table.id
                         && now.columns == w.table.columns
-                        && now.primary_key == w.table.primary_key => {}
+                        && now.primary_key == w.table.primary_key =>
+                {
+                    w.table.name = now.name;
+                }
                 Some(now) if now.id == w.table.id => {
                     return Err(before(TableError::Conflict(format!(
                         "table {} was altered (ALTER TABLE) while rows were being written; \

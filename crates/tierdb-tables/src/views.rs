@@ -88,6 +88,26 @@ impl Tables {
         Ok(())
     }
 
+    /// Renames view `name` to `new` (`ALTER TABLE|VIEW … RENAME TO`, as PostgreSQL allows
+    /// both on a view), one commit. Views that name it keep the old name in their query
+    /// text and fail until it is back (PostgreSQL's views follow a rename by OID).
+    pub async fn rename_view(&self, name: &str, new: &str) -> Result<()> {
+        let kv = self.kv_writer()?;
+        let _guard = self.commit_lock.lock().await;
+        let Some(mut def) = self.view(name).await? else {
+            return Err(TableError::NoTable(format!("{name} (no such view)")));
+        };
+        if self.table(new).await?.is_some() || self.view(new).await?.is_some() {
+            return Err(TableError::TableExists(new.to_string()));
+        }
+        let mut b = CatalogBatch::default();
+        b.delete_view(name);
+        def.name = new.to_string();
+        b.put_view(&def);
+        self.commit_catalog(kv, b).await?;
+        Ok(())
+    }
+
     /// Drops the views of `names` in one commit: all of them or, if one does not exist
     /// and not `if_exists`, none.
     pub async fn drop_views(&self, names: &[String], if_exists: bool) -> Result<()> {

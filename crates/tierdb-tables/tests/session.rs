@@ -249,3 +249,36 @@ async fn a_raised_interrupt_stops_its_own_sessions_planning_only() {
     // The next statement of `a` starts with the flag cleared.
     assert_eq!(count(&a, "i").await, 0);
 }
+
+/// Temporary tables (`sql/temp.rs` invariants 1 and 2): one session's are not another's,
+/// and one that would go past the query memory pool fails with 53200, leaving the table as
+/// it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn temporary_tables_are_the_sessions_own_and_within_the_memory_pool() {
+    let (e, _) = common::engine(1000).await;
+    let a = e.new_session();
+    let b = e.new_session();
+    a.sql("CREATE TEMP TABLE t AS SELECT 1 AS x").await.unwrap();
+    assert_eq!(count(&a, "t").await, 1);
+    let err = b.sql("SELECT * FROM t").await.unwrap_err();
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    b.sql("CREATE TEMP TABLE t AS SELECT 2 AS x UNION ALL SELECT 3")
+        .await
+        .unwrap();
+    assert_eq!((count(&a, "t").await, count(&b, "t").await), (1, 2));
+    // The engine's pool is 256 MiB (common::engine): 40 M BIGINTs are 320 MB.
+    let err = a
+        .sql("INSERT INTO t SELECT CAST(value AS INT) FROM generate_series(1, 80000000)")
+        .await
+        .unwrap_err();
+    assert_eq!(err.sqlstate(), "53200", "{err}");
+    assert_eq!(count(&a, "t").await, 1, "nothing was added");
+    a.sql("INSERT INTO t VALUES (7)").await.unwrap();
+    assert_eq!(count(&a, "t").await, 2, "the reservation was given back");
+    drop(a);
+    let c = e.new_session();
+    assert!(
+        c.sql("SELECT * FROM t").await.is_err(),
+        "gone with its session"
+    );
+}

@@ -26,8 +26,21 @@ impl SqlSession {
         use crate::alter::TableChange;
         use datafusion::sql::sqlparser::ast::{AlterTableOperation as Op, RenameTableNameKind};
         let name = table_name(&at.name)?;
-        if at.if_exists && self.tables.table(&name).await?.is_none() {
-            return Ok(());
+        if self.tables.table(&name).await?.is_none() {
+            if let [
+                Op::RenameTable {
+                    table_name: RenameTableNameKind::To(n) | RenameTableNameKind::As(n),
+                },
+            ] = at.operations.as_slice()
+                && self.tables.view(&name).await?.is_some()
+            {
+                self.tables.rename_view(&name, &table_name(n)?).await?;
+                self.schema.refresh().await?;
+                return Ok(());
+            }
+            if at.if_exists {
+                return Ok(());
+            }
         }
         if let [
             Op::AddConstraint {
@@ -457,7 +470,7 @@ impl SqlSession {
 }
 
 /// A table's name as the catalog keys it (see [`relation_name`]).
-fn table_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Result<String> {
+pub(super) fn table_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Result<String> {
     relation_name(name).ok_or_else(|| TableError::NoTable(name.to_string()))
 }
 

@@ -29,6 +29,8 @@ mod ddl;
 mod isolation;
 mod serial;
 mod session;
+mod temp;
+mod temp_stmt;
 
 use session::Abort;
 pub use session::{Batch, Notice, Outcome, Rows, SqlSession};
@@ -208,6 +210,9 @@ impl SqlEngine {
             ctx.register_udf(f.as_ref().clone());
         }
         ctx.register_udaf(crate::checked::SumAsNumeric::udaf());
+        for f in crate::unknowntext::functions() {
+            ctx.register_udf(f);
+        }
         for f in crate::rows::sequence::functions(&tables) {
             ctx.register_udf(f);
         }
@@ -215,8 +220,10 @@ impl SqlEngine {
         ctx.register_object_store(&url, Arc::new(tables.df_store().clone()));
         let counters = Arc::new(ScanCounters::default());
         let schema = Arc::new(TierSchema::new(tables.clone(), counters.clone()));
+        let temp = Arc::new(temp::TempTables::new(&ctx.runtime_env().memory_pool));
         let catalog = MemoryCatalogProvider::new();
-        catalog.register_schema(SCHEMA, schema.clone())?;
+        catalog.register_schema(SCHEMA, session_schema(&schema, &temp))?;
+        catalog.register_schema(temp::TEMP_SCHEMA, Arc::new(temp::TempSchema(temp.clone())))?;
         ctx.register_catalog(CATALOG, Arc::new(catalog));
         // Small segments are merged in the engine's session (`merge.rs`).
         crate::merge::attach(&tables, &ctx.state());
@@ -232,6 +239,7 @@ impl SqlEngine {
                 cards,
                 distributed: !options.workers.is_empty(),
                 interrupt,
+                temp,
             },
         })
     }
@@ -259,8 +267,32 @@ impl SqlEngine {
         // Its own stop flag (invariant 1 of `interrupt.rs`).
         let interrupt = Interrupt::fresh();
         config.options_mut().extensions.insert(interrupt.clone());
+        // Its own temporary tables, so its own `public` and `pg_temp` schemas.
+        use datafusion::catalog::CatalogProviderList;
+        let temp = Arc::new(temp::TempTables::new(&base.runtime_env().memory_pool));
+        let catalogs = datafusion::catalog::MemoryCatalogProviderList::new();
+        for name in base.catalog_list().catalog_names() {
+            let Some(catalog) = base.catalog_list().catalog(&name) else {
+                continue;
+            };
+            if name != CATALOG {
+                catalogs.register_catalog(name, catalog);
+                continue;
+            }
+            let own = MemoryCatalogProvider::new();
+            for schema_name in catalog.schema_names() {
+                if let Some(schema) = catalog.schema(&schema_name) {
+                    let _ = own.register_schema(&schema_name, schema);
+                }
+            }
+            let _ = own.register_schema(SCHEMA, session_schema(&self.session.schema, &temp));
+            let _ =
+                own.register_schema(temp::TEMP_SCHEMA, Arc::new(temp::TempSchema(temp.clone())));
+            catalogs.register_catalog(name, Arc::new(own));
+        }
         let state = datafusion::execution::SessionStateBuilder::new_from_existing(base)
             .with_config(config)
+            .with_catalog_list(Arc::new(catalogs))
             .build();
         let ctx = SessionContext::new_with_state(state);
         // currval() is the session's own.
@@ -277,6 +309,7 @@ impl SqlEngine {
             cards: self.session.cards.clone(),
             distributed: self.session.distributed,
             interrupt,
+            temp,
         }
     }
 
@@ -339,6 +372,17 @@ pub(crate) fn ident_name(id: &datafusion::sql::sqlparser::ast::Ident) -> String 
 
 /// The catalog name of a table or view name: `t`, `public.t` or `tierdb.public.t`; `None`
 /// for a name in another schema or catalog.
+/// A session's `public` schema: its temporary tables, then the stored ones.
+fn session_schema(
+    stored: &Arc<TierSchema>,
+    temp: &Arc<temp::TempTables>,
+) -> Arc<dyn datafusion::catalog::SchemaProvider> {
+    Arc::new(temp::SessionSchema {
+        stored: stored.clone(),
+        temp: temp.clone(),
+    })
+}
+
 pub fn relation_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Option<String> {
     let parts: Vec<String> = name
         .0

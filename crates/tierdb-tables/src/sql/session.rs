@@ -61,6 +61,8 @@ pub struct SqlSession {
     /// The stop flag in this session's options (`interrupt.rs`), kept here to be read
     /// without copying the session's state for every statement.
     pub(super) interrupt: crate::interrupt::Interrupt,
+    /// This session's temporary tables (`temp.rs`).
+    pub(super) temp: Arc<super::temp::TempTables>,
 }
 
 /// The session's transaction slot and its aborted flag: what a failure anywhere (also in a
@@ -437,16 +439,21 @@ impl SqlSession {
         };
         if aborted {
             tx.rollback(&self.tables).await;
+            self.temp.end_transaction(false)?;
             return Ok(false);
         }
-        tx.commit(&self.tables).await?;
-        Ok(true)
+        let committed = tx.commit(&self.tables).await;
+        self.temp.end_transaction(committed.is_ok())?;
+        committed.map(|_| true)
     }
 
     pub async fn rollback(&self) {
         self.abort.clear();
         if let Some(tx) = self.abort.slot.set(None) {
             tx.rollback(&self.tables).await;
+            if let Err(e) = self.temp.end_transaction(false) {
+                tracing::warn!(error = %e, "cannot restore the temporary tables at ROLLBACK");
+            }
         }
     }
 
@@ -480,14 +487,17 @@ impl SqlSession {
         Ok(Outcome::Command(match kind {
             StatementKind::Savepoint => {
                 tx.savepoint(&name);
+                self.temp.savepoint(&name).await;
                 "SAVEPOINT".into()
             }
             StatementKind::Release => {
                 tx.release(&name)?;
+                self.temp.release(&name);
                 "RELEASE".into()
             }
             _ => {
                 tx.rollback_to(&name, &self.tables).await?;
+                self.temp.rollback_to(&name)?;
                 self.abort.clear();
                 "ROLLBACK".into()
             }
@@ -549,10 +559,18 @@ impl SqlSession {
         let stmt = &stmt;
         let state = self.ctx.state();
         self.require_tables(&state, stmt)?;
+        let temp = self.temp.named_in(stmt);
         if crate::dml::is_update_or_delete(stmt) {
+            if temp
+                && let (Some(t), DfStatement::Statement(s)) = (crate::dml::target_table(stmt), stmt)
+                && self.temp.has(&t)
+            {
+                super::temp::check_dml(s)?;
+                return Ok(Some(state.statement_to_plan(stmt.clone()).await?));
+            }
             return Ok(Some(crate::dml::plan(&state, &self.tables, stmt).await?));
         }
-        if let Some(lookup) = crate::rows::fast::plan(&self.tables, stmt).await? {
+        if !temp && let Some(lookup) = crate::rows::fast::plan(&self.tables, stmt).await? {
             return Ok(Some(lookup));
         }
         crate::guard::check(stmt)?;
@@ -624,9 +642,14 @@ impl SqlSession {
             return self.lock_tables(lock).await;
         }
         self.schema.refresh().await?;
+        let mut plan = plan;
+        if let Some(outcome) = self.temp_statement(&stmt, &mut plan).await? {
+            return Ok(outcome);
+        }
         if let Some(outcome) = self.drop_or_truncate(&stmt).await? {
             return Ok(outcome);
         }
+        let temp = self.temp.named_in(&stmt);
         // Every statement that can read a view (queries, writes, CREATE TABLE … AS).
         crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
         if crate::dml::is_update_or_delete(&stmt) {
@@ -650,9 +673,19 @@ impl SqlSession {
         let mut keys = None;
         let mut declared = Vec::new();
         let mut sequences = Vec::new();
+        let mut temporary = false;
         if let DfStatement::Statement(s) = &mut stmt
             && let SqlStatement::CreateTable(ct) = s.as_mut()
         {
+            // DataFusion plans no temporary tables: tierdb keeps them (`temp.rs`).
+            temporary = std::mem::take(&mut ct.temporary);
+            if temporary && ct.on_commit.is_some() {
+                return Err(TableError::Unsupported(
+                    "ON COMMIT on a temporary table is not supported: it lives until the \
+                     session ends (drop it with DROP TABLE)"
+                        .into(),
+                ));
+            }
             let order = ct.order_by.take();
             let part = ct.partition_by.take();
             // PostgreSQL's storage parameters (fillfactor, autovacuum_*) mean nothing to
@@ -688,6 +721,7 @@ impl SqlSession {
         let plan = match plan {
             Some(p) => p,
             None if keys.is_none()
+                && !temp
                 && let Some(p) = crate::rows::fast::plan(&self.tables, &stmt).await? =>
             {
                 p
@@ -715,10 +749,26 @@ impl SqlSession {
             }));
         }
         match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) if temporary => {
+                let (order, part) = keys.unwrap_or((None, None));
+                let extras = order.is_some() || part.is_some() || !sequences.is_empty();
+                self.create_temp(c, extras).await
+            }
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
                 let (order, part) = keys.unwrap_or((None, None));
                 self.create_table(c, &declared, order, part, sequences)
                     .await
+            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(d))
+                if d.name
+                    .schema()
+                    .is_none_or(|s| s == super::temp::TEMP_SCHEMA)
+                    && self.temp.has(d.name.table()) =>
+            {
+                let before = self.temp.before_change(self.in_transaction()).await;
+                self.temp.drop_table(d.name.table());
+                self.temp.after_change(before).await?;
+                Ok(Outcome::Command("DROP TABLE".into()))
             }
             LogicalPlan::Ddl(DdlStatement::DropTable(d)) => {
                 let name = d.name.table().to_string();
@@ -737,6 +787,10 @@ impl SqlSession {
                 "{} is not supported: tierdb keeps tables only (CREATE TABLE, DROP TABLE)",
                 other.name()
             ))),
+            plan @ LogicalPlan::Dml(_) if self.inserts_into_temp(&plan) => {
+                let n = self.insert_into_temp(plan).await?;
+                Ok(Outcome::Command(format!("INSERT 0 {n}")))
+            }
             LogicalPlan::Dml(dml) => {
                 let op = match &dml.op {
                     WriteOp::Insert(_) => "INSERT 0",
@@ -916,6 +970,7 @@ impl SqlSession {
                 && r.schema().is_none_or(|s| s == SCHEMA)
                 && !state.table_functions().contains_key(r.table());
             if ours
+                && !self.temp.has(r.table())
                 && !datafusion::catalog::SchemaProvider::table_exist(
                     self.schema.as_ref(),
                     r.table(),
