@@ -8,6 +8,7 @@
 # tables from the bucket (python/tests/external_readers.py): DuckDB 1.5.5 with the delta and
 # httpfs extensions their pip packages ship (loaded by path: nothing is downloaded at run time), and
 # `deltalake` (delta-rs). A venv of its own: the SQL comparison keeps its DuckDB version.
+# ~/.cache/tierdb/venv-dbt holds dbt-postgres (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${TIERDB_VENV:-$HOME/.cache/tierdb/venv}
@@ -23,6 +24,14 @@ fi
 "$READERS/bin/pip" install -q --disable-pip-version-check duckdb==1.5.5 duckdb-extension-delta==1.5.5 \
   duckdb-extension-httpfs==1.5.5 \
   "deltalake>=1.6,<2" pyarrow
+# dbt-postgres in a venv of its own (python/tests/test_dbt.py): dbt pins its own versions of
+# common packages. dbt-core 1.11 and later download a parser from GitHub while installing,
+# which this machine's network cannot reach: 1.10 is the newest that installs from PyPI.
+DBT_VENV=${TIERDB_DBT_VENV:-$HOME/.cache/tierdb/venv-dbt}
+if [ ! -x "$DBT_VENV/bin/python" ]; then
+  python3 -m venv "$DBT_VENV"
+fi
+"$DBT_VENV/bin/pip" install -q --disable-pip-version-check "dbt-core>=1.10,<1.11" "dbt-postgres>=1.10,<1.11"
 if [ "${1:-}" != "--deps-only" ]; then
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
   (cd python && VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" maturin develop -q)

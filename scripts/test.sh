@@ -72,6 +72,9 @@ command -v sysbench >/dev/null || { echo "error: sysbench is needed for the OLTP
 echo "== tierdb serve with PostgreSQL clients: psycopg 3, psycopg2, SQLAlchemy, pandas, asyncpg, psql; bad input, SIGKILL during COMMIT, TLS, VACUUM (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_pg.py")
+echo "== dbt-postgres on tierdb serve beside PostgreSQL 15: seed, table, view and incremental models built twice, data tests, docs generate; equal rows and documented columns (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_dbt.py")
 echo "== beyond one process: SSB SF 0.1 over 2 tierdb workers vs one process, serve --read-only replicas, MinIO erasure set losing a drive under a ZODB and SQL load (pytest)"
 (cd "$ZT" && MINIO_BIN="$MINIO_BIN" TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 1800 "$PY" -m pytest -q -s -p no:cacheprovider \
   "$ROOT/python/tests/test_scale.py")
