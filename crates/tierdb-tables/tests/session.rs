@@ -282,3 +282,32 @@ async fn temporary_tables_are_the_sessions_own_and_within_the_memory_pool() {
         "gone with its session"
     );
 }
+
+/// DDL inside a transaction takes effect at once (rule 2), and says so with a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_in_a_transaction_warns_that_rollback_will_not_undo_it() {
+    let (e, _) = common::engine(1000).await;
+    let s = e.new_session();
+    s.sql("BEGIN").await.unwrap();
+    s.sql("CREATE TABLE d (x INT)").await.unwrap();
+    let notices = s.take_notices();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(
+        notices[0]
+            .message
+            .starts_with("CREATE TABLE in a transaction block takes effect at once"),
+        "{notices:?}"
+    );
+    s.sql("CREATE TEMP TABLE tt (x INT)").await.unwrap();
+    assert!(
+        s.take_notices().is_empty(),
+        "ROLLBACK undoes temporary tables"
+    );
+    s.sql("ROLLBACK").await.unwrap();
+    assert_eq!(count(&s, "d").await, 0, "the table is still there");
+    s.sql("CREATE TABLE e2 (x INT)").await.unwrap();
+    assert!(
+        s.take_notices().is_empty(),
+        "no warning outside a transaction"
+    );
+}

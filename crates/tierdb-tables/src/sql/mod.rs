@@ -458,7 +458,9 @@ impl StatementKind {
             | SqlStatement::CreateSchema { .. }
             | SqlStatement::Comment { .. }
             | SqlStatement::Drop { .. }
-            | SqlStatement::Truncate { .. } => StatementKind::Ddl,
+            | SqlStatement::Truncate { .. }
+            | SqlStatement::CreateIndex(_)
+            | SqlStatement::CreateSequence { .. } => StatementKind::Ddl,
             SqlStatement::Vacuum(_) => StatementKind::Vacuum,
             SqlStatement::Lock(_) => StatementKind::Lock,
             SqlStatement::Insert(_) | SqlStatement::Update(_) | SqlStatement::Delete(_) => {

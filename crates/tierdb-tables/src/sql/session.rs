@@ -37,8 +37,10 @@ use crate::txn::{Transaction, TxSlot};
 /// 2. Between `BEGIN` and `COMMIT`, INSERT, UPDATE and DELETE write their segments but
 ///    commit nothing; the session's reads see them; `COMMIT` makes all of them visible in
 ///    one atomic catalog commit and `ROLLBACK` (or dropping the session without a commit)
-///    deletes them. CREATE TABLE and DROP TABLE are committed at once, also inside a
-///    transaction.
+///    deletes them. DDL (CREATE, DROP, ALTER, TRUNCATE of stored tables, views, indexes,
+///    sequences) is committed at once, also inside a transaction, with a warning saying
+///    so; a transaction's writes follow their table through a rename. Temporary tables
+///    are the exception: ROLLBACK undoes their changes (`temp.rs`).
 /// 3. A statement that fails inside a transaction aborts it, whether it failed planning,
 ///    running, streaming its rows, or was abandoned (a timeout or cancel drops it): every
 ///    call that runs work does so under [`SqlSession::guarded`]. Every later statement but
@@ -650,6 +652,23 @@ impl SqlSession {
             return Ok(outcome);
         }
         let temp = self.temp.named_in(&stmt);
+        if kind == StatementKind::Ddl && self.in_transaction() && !temp && !creates_temp(&stmt) {
+            // Rule 2: said where it happens, not only in the documentation.
+            let verb: Vec<String> = stmt
+                .to_string()
+                .split_whitespace()
+                .take(2)
+                .map(str::to_uppercase)
+                .collect();
+            self.notice(
+                "01000",
+                &format!(
+                    "{} in a transaction block takes effect at once: ROLLBACK does not undo \
+                     it (tierdb does not keep DDL in transactions yet)",
+                    verb.join(" ")
+                ),
+            );
+        }
         // Every statement that can read a view (queries, writes, CREATE TABLE … AS).
         crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
         if crate::dml::is_update_or_delete(&stmt) {
@@ -986,6 +1005,14 @@ impl SqlSession {
 /// How long VACUUM keeps a file after it left the catalog, for readers that planned before
 /// (queries, followers) still reading it.
 pub const DEFAULT_VACUUM_RETAIN: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Whether `stmt` is CREATE TEMP TABLE (kept by the session, undone by ROLLBACK), or DDL
+/// that changes nothing stored (COMMENT ON is not kept; the one schema exists).
+fn creates_temp(stmt: &DfStatement) -> bool {
+    matches!(stmt, DfStatement::Statement(s)
+        if matches!(s.as_ref(), SqlStatement::CreateTable(ct) if ct.temporary)
+            || matches!(s.as_ref(), SqlStatement::Comment { .. } | SqlStatement::CreateSchema { .. }))
+}
 
 /// The row count an INSERT plan returns (one UInt64 "count" value).
 pub(super) fn inserted(batches: &[RecordBatch]) -> u64 {
