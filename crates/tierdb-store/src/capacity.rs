@@ -233,6 +233,9 @@ fn open_s3(
         });
     }
 
+    // reqwest's TLS takes the process's rustls provider: ring (see the workspace manifest).
+    // Installing fails only when one is installed already, which serves as well.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // Client options first: setting them replaces earlier client settings such as allow_http.
     let client = ClientOptions::new()
         .with_connect_timeout(options.connect_timeout)
