@@ -221,3 +221,21 @@ def test_now_is_timestamptz(both):
     pg, td = both
     want = pg.execute("SELECT now()").description[0].type_code
     assert td.execute("SELECT now()").description[0].type_code == want == 1184
+
+
+def test_result_columns_name_their_table_and_column_as_postgresql_does(both):
+    """RowDescription's table OID and column number (what pgjdbc's getTableName, pgx's
+    TableOID and node-postgres' tableID read): set for a plain column of a table, also
+    aliased and through a join, zero for a computed one; in the extended protocol (a
+    prepared statement) and the simple one."""
+    sql = "SELECT ty.v, ty.id AS x, ty.id + 1 AS y, t2.c FROM ty JOIN ty AS t2 ON ty.id = t2.id ORDER BY 2"
+    got = {}
+    for name, conn in zip(("pg", "tierdb"), both):
+        oid = conn.execute("SELECT oid FROM pg_catalog.pg_class WHERE relname = 'ty'").fetchone()[0]
+        assert oid, name
+        extended = conn.execute(sql).pgresult
+        simple = conn.pgconn.exec_(sql.encode())
+        got[name] = [[("ty" if r.ftable(i) == oid else r.ftable(i), r.ftablecol(i)) for i in range(r.nfields)]
+                     for r in (extended, simple)]
+    assert got["tierdb"] == got["pg"]
+    assert got["pg"][0][2] == (0, 0)

@@ -44,6 +44,8 @@ pub struct ConnState {
     cancel_gen: Arc<tokio::sync::watch::Sender<u64>>,
     /// This connection's (pid, secret key), once registered with `cancels`.
     key: std::sync::Mutex<Option<(i32, Bytes)>>,
+    /// The OIDs RowDescription names tables by (`tableoid.rs`).
+    pub(crate) table_oids: crate::tableoid::TableOids,
 }
 
 impl Drop for ConnState {
@@ -67,6 +69,7 @@ impl ConnState {
             cancels,
             cancel_gen: Arc::new(tokio::sync::watch::channel(0).0),
             key: std::sync::Mutex::new(None),
+            table_oids: Default::default(),
         })
     }
 
@@ -273,11 +276,11 @@ impl ConnState {
             }),
             Outcome::Rows(rows) => {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-                let fields = Arc::new(crate::encode::describe(
-                    rows.schema().as_arrow(),
-                    format,
-                    Some(options),
-                )?);
+                let ids = self.table_oids.resolve(&session, &rows.origins()).await;
+                let fields = Arc::new(crate::tableoid::with_ids(
+                    crate::encode::describe(rows.schema().as_arrow(), format, Some(options))?,
+                    &ids,
+                ));
                 // An error while the rows stream (an overflow, a timeout, a cancel) fails the
                 // statement after it started answering; the session's rows abort its
                 // transaction then, as any failed statement does.

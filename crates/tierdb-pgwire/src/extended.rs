@@ -41,6 +41,8 @@ pub struct Prepared {
     schema: Option<datafusion::common::DFSchemaRef>,
     /// The parameters the client binds (`$1`…`$n` in its query string).
     params: usize,
+    /// RowDescription's table OIDs and column numbers (`tableoid.rs`).
+    ids: crate::tableoid::Ids,
 }
 
 #[async_trait]
@@ -80,11 +82,19 @@ impl QueryParser for ConnState {
                         .map_err(|e| table_error(&e))?
                 };
                 let schema = plan.as_ref().map(|p| session.described_schema(p));
+                let ids = match &plan {
+                    Some(p) => {
+                        let origins = tierdb_tables::origin::origins(p);
+                        self.table_oids.resolve(&session, &origins).await
+                    }
+                    None => Vec::new(),
+                };
                 Ok(Some(Prepared {
                     stmt,
                     plan,
                     schema,
                     params: declared_parameters(sql),
+                    ids,
                 }))
             })
             .await
@@ -134,6 +144,7 @@ impl QueryParser for ConnState {
                     column_format.unwrap_or(&Format::UnifiedText),
                     None,
                 )
+                .map(|f| crate::tableoid::with_ids(f, &stmt.ids))
             }
             _ => Ok(Vec::new()),
         }

@@ -47,6 +47,7 @@ mod show;
 mod simple;
 mod stop;
 mod systemcols;
+mod tableoid;
 mod tls;
 
 use std::sync::Arc;

@@ -40,6 +40,7 @@ pub mod interrupt;
 pub mod joinorder;
 pub mod literals;
 pub mod merge;
+pub mod origin;
 pub mod parsefix;
 pub mod provider;
 pub mod readahead;

@@ -175,6 +175,15 @@ impl Rows {
         }
     }
 
+    /// Where each column comes from (`origin.rs`): for RowDescription's table OID and
+    /// column number. Rows a key lookup read already have none.
+    pub fn origins(&self) -> Vec<Option<crate::origin::Origin>> {
+        match &self.source {
+            Source::Plan(df) => crate::origin::origins(df.logical_plan()),
+            Source::Ready(schema, _) => vec![None; schema.fields().len()],
+        }
+    }
+
     /// The rows as a stream.
     pub async fn execute_stream(self) -> Result<SendableRecordBatchStream> {
         let df = match self.source {

@@ -1,0 +1,90 @@
+//! Where a query's output columns come from: for a column that is a plain reference to a
+//! stored table's column (through projections, aliases, filters, sorts, limits and joins),
+//! that table and the column's number in it, as PostgreSQL's RowDescription reports them
+//! (drivers answer `ResultSetMetaData.getTableName`, `getColumnName` and updatable result
+//! sets from them). A computed column has no origin, as in PostgreSQL.
+
+use datafusion::common::Column;
+use datafusion::logical_expr::{Expr, JoinType, LogicalPlan};
+
+/// A stored table's name and the column's 1-based number in it.
+pub type Origin = (String, i16);
+
+/// The origin of each output column of `plan` (`None` where it has none).
+pub fn origins(plan: &LogicalPlan) -> Vec<Option<Origin>> {
+    (0..plan.schema().fields().len())
+        .map(|i| origin(plan, i, 0))
+        .collect()
+}
+
+/// Plans nest this deep at most before a column is given up on (no origin).
+const MAX_DEPTH: usize = 64;
+
+fn origin(plan: &LogicalPlan, i: usize, depth: usize) -> Option<Origin> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let through = |input: &LogicalPlan, c: &Column| {
+        let j = input.schema().index_of_column(c).ok()?;
+        origin(input, j, depth + 1)
+    };
+    match plan {
+        LogicalPlan::Projection(p) => match unaliased(p.expr.get(i)?) {
+            Expr::Column(c) => through(&p.input, c),
+            _ => None,
+        },
+        LogicalPlan::SubqueryAlias(a) => origin(&a.input, i, depth + 1),
+        LogicalPlan::Filter(f) => origin(&f.input, i, depth + 1),
+        LogicalPlan::Sort(s) => origin(&s.input, i, depth + 1),
+        LogicalPlan::Limit(l) => origin(&l.input, i, depth + 1),
+        LogicalPlan::Join(j)
+            if matches!(
+                j.join_type,
+                JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full
+            ) =>
+        {
+            let left = j.left.schema().fields().len();
+            if i < left {
+                origin(&j.left, i, depth + 1)
+            } else {
+                origin(&j.right, i - left, depth + 1)
+            }
+        }
+        LogicalPlan::TableScan(t) => {
+            let ours = t
+                .table_name
+                .schema()
+                .is_none_or(|s| s == crate::sql::SCHEMA);
+            let stored = datafusion::datasource::source_as_provider(&t.source)
+                .ok()
+                .is_some_and(|p| {
+                    p.is::<crate::provider::TierTable>()
+                        || p.is::<crate::rows::provider::RowTable>()
+                });
+            if !ours || !stored {
+                return None;
+            }
+            let source = t.source.schema();
+            let column = match &t.projection {
+                Some(p) => *p.get(i)?,
+                None => i,
+            };
+            // Row tables may append their key column: it is not one of the table's.
+            if source.fields().get(column)?.name() == crate::rows::provider::KEY_COLUMN {
+                return None;
+            }
+            Some((
+                t.table_name.table().to_string(),
+                i16::try_from(column + 1).ok()?,
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn unaliased(e: &Expr) -> &Expr {
+    match e {
+        Expr::Alias(a) => unaliased(&a.expr),
+        other => other,
+    }
+}
