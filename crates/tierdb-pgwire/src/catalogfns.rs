@@ -17,6 +17,66 @@ use tierdb_tables::SqlEngine;
 
 use crate::{SERVER_VERSION, SERVER_VERSION_NUM};
 
+/// The rows of `pg_settings` (pgjdbc's getImportedKeys reads `max_index_keys` there):
+/// every setting [`setting`] answers, under PostgreSQL's names.
+const LISTED: [&str; 26] = [
+    "server_version",
+    "server_version_num",
+    "search_path",
+    "standard_conforming_strings",
+    "integer_datetimes",
+    "is_superuser",
+    "client_encoding",
+    "server_encoding",
+    "DateStyle",
+    "IntervalStyle",
+    "TimeZone",
+    "log_timezone",
+    "max_index_keys",
+    "max_identifier_length",
+    "lc_collate",
+    "lc_ctype",
+    "lc_messages",
+    "default_transaction_isolation",
+    "transaction_isolation",
+    "default_transaction_read_only",
+    "transaction_read_only",
+    "statement_timeout",
+    "lock_timeout",
+    "idle_in_transaction_session_timeout",
+    "application_name",
+    "block_size",
+];
+
+/// `pg_settings` with `schema` (datafusion-pg-catalog's, whose one row is
+/// `standard_conforming_strings`): the [`LISTED`] settings' names and values, the other
+/// columns NULL.
+pub(crate) fn settings_table(
+    schema: datafusion::arrow::datatypes::SchemaRef,
+) -> datafusion::common::Result<std::sync::Arc<dyn datafusion::catalog::TableProvider>> {
+    use datafusion::arrow::array::{ArrayRef, StringArray, new_null_array};
+    let values: Vec<String> = LISTED
+        .iter()
+        .map(|n| setting(n).unwrap_or_default())
+        .collect();
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| -> ArrayRef {
+            match f.name().as_str() {
+                "name" => std::sync::Arc::new(StringArray::from(LISTED.to_vec())),
+                "setting" | "reset_val" => std::sync::Arc::new(StringArray::from(values.clone())),
+                _ => new_null_array(f.data_type(), LISTED.len()),
+            }
+        })
+        .collect();
+    let batch = datafusion::arrow::array::RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(std::sync::Arc::new(datafusion::catalog::MemTable::try_new(
+        schema,
+        vec![vec![batch]],
+    )?))
+}
+
 /// The settings `current_setting` answers, as this server has them (`SET` of a session
 /// does not change these answers; `SHOW` answers the session's own).
 fn setting(name: &str) -> Option<String> {
@@ -193,6 +253,11 @@ pub(crate) fn install(engine: &SqlEngine) {
         "pg_get_function_identity_arguments",
         "pg_get_function_result",
         "pg_get_function_sqlbody",
+        // Comments: COMMENT ON is accepted and not kept, so every object has none
+        // (pgjdbc's getUDTs, DBeaver's and DataGrip's table lists).
+        "obj_description",
+        "col_description",
+        "shobj_description",
     ] {
         ctx.register_udf(ScalarUDF::new_from_impl(NoDefinition {
             name,
@@ -267,6 +332,10 @@ mod tests {
     #[test]
     fn settings_tools_read() {
         assert_eq!(setting("server_version_num").as_deref(), Some("150018"));
+        assert!(
+            LISTED.iter().all(|n| setting(n).is_some()),
+            "every listed setting has a value"
+        );
         assert_eq!(setting("SERVER_VERSION").as_deref(), Some("15.18"));
         assert_eq!(setting("search_path").as_deref(), Some("\"$user\", public"));
         assert_eq!(setting("no_such_setting"), None);

@@ -17,6 +17,8 @@ pub(crate) fn rewrite(parser: &PostgresCompatibilityParser, mut s: Statement) ->
     rowless_subqueries(&mut s);
     view_definition_lookups(&mut s);
     let mut s = parser.rewrite(s);
+    regproc_names(&mut s);
+    unique_literal_columns(&mut s);
     aggregate_scalar_subqueries(&mut s);
     qualify_added_tables(&mut s);
     s
@@ -390,6 +392,62 @@ fn hoist_case_subqueries(stmt: &mut Statement) {
     });
 }
 
+/// Unnamed constant columns of a SELECT that repeat (pgjdbc's getProcedures selects `NULL,
+/// NULL, NULL` for its reserved columns) are named `?column?`, `?column?2`…: PostgreSQL
+/// names each `?column?`, DataFusion wants the names of a projection unique.
+fn unique_literal_columns(stmt: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{Expr, Ident, SelectItem, SetExpr, VisitMut, VisitorMut};
+    struct Names;
+    impl VisitorMut for Names {
+        type Break = ();
+        fn pre_visit_query(
+            &mut self,
+            q: &mut datafusion::sql::sqlparser::ast::Query,
+        ) -> std::ops::ControlFlow<()> {
+            if let SetExpr::Select(sel) = q.body.as_mut() {
+                let mut seen = std::collections::HashSet::new();
+                let mut n = 0;
+                for item in sel.projection.iter_mut() {
+                    if let SelectItem::UnnamedExpr(e @ Expr::Value(_)) = item
+                        && !seen.insert(e.to_string())
+                    {
+                        n += 1;
+                        let alias = Ident::with_quote('"', format!("?column?{}", n + 1));
+                        *item = SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias,
+                        };
+                    }
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = stmt.visit(&mut Names);
+}
+
+/// `'name'::regproc` is the function's name in tierdb's catalog: datafusion-pg-catalog
+/// turns it into `(SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'name')`, but keeps
+/// the regproc columns it is compared with (`pg_type.typinput`) as names, and the
+/// comparison failed ("Cannot cast string 'boolin' to Int32": pgjdbc's getTypeInfo and
+/// getVersionColumns). The lookup becomes the name itself, without its schema.
+fn regproc_names(stmt: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{Expr, Value, visit_expressions_mut};
+    const LOOKUP: &str = "SELECT oid FROM pg_catalog.pg_proc WHERE proname = '";
+    let _ = visit_expressions_mut(stmt, |e| {
+        if let Expr::Subquery(q) = e {
+            let text = q.to_string();
+            if let Some(name) = text.strip_prefix(LOOKUP).and_then(|t| t.strip_suffix('\''))
+                && !name.contains('\'')
+            {
+                let name = name.strip_prefix("pg_catalog.").unwrap_or(name);
+                *e = Expr::Value(Value::SingleQuotedString(name.to_string()).into());
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
 /// A scalar subquery of a catalog query (pg_dump's `(SELECT ftserver FROM
 /// pg_foreign_table WHERE ftrelid = c.oid)`) looks one row up by its key; DataFusion runs
 /// a correlated one only when it is aggregated. Its one column `e` becomes `max(e)`: the
@@ -560,6 +618,33 @@ mod tests {
             text.contains("CAST('r' AS TEXT)") || text.contains("'r'::TEXT"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn repeated_constant_columns_get_names_of_their_own() {
+        let parser = PostgresCompatibilityParser::new();
+        let s = parse(
+            &parser,
+            "SELECT NULL AS a, p.proname, NULL, NULL, NULL FROM pg_catalog.pg_proc p",
+        )
+        .expect("parses");
+        let text = s[0].to_string();
+        assert!(
+            text.contains("NULL, NULL AS \"?column?2\", NULL AS \"?column?3\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn regproc_literals_are_function_names() {
+        let parser = PostgresCompatibilityParser::new();
+        let s = parse(
+            &parser,
+            "SELECT typname FROM pg_catalog.pg_type WHERE typinput = 'pg_catalog.array_in'::regproc",
+        )
+        .expect("parses");
+        let text = s[0].to_string();
+        assert!(text.contains("typinput = 'array_in'"), "{text}");
     }
 
     #[test]

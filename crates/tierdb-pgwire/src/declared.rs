@@ -54,14 +54,17 @@ pub(crate) fn with_declared_types(
     };
     let (typid_ty, typmod_ty) = (typid.data_type().clone(), typmod.data_type().clone());
     let (mut tables, mut columns, mut ids, mut mods) = (vec![], vec![], vec![], vec![]);
+    let mut not_null = vec![];
     for def in defs {
         for c in &def.columns {
-            if let Some((id, m)) = type_and_typmod(c.ty) {
-                tables.push(def.name.clone());
-                columns.push(c.name.clone());
-                ids.push(id);
-                mods.push(m);
-            }
+            let (id, m) = type_and_typmod(c.ty).unzip();
+            tables.push(def.name.clone());
+            columns.push(c.name.clone());
+            ids.push(id);
+            mods.push(m);
+            // Row tables show DataFusion every column nullable (NOT NULL is theirs to
+            // check): what was declared is in the catalog, and a key column is NOT NULL.
+            not_null.push(!c.nullable || def.primary_key.contains(&c.name));
         }
     }
     if tables.is_empty() {
@@ -70,8 +73,9 @@ pub(crate) fn with_declared_types(
     let declared_schema = Arc::new(Schema::new(vec![
         Field::new("d_relname", DataType::Utf8, false),
         Field::new("d_attname", DataType::Utf8, false),
-        Field::new("d_typid", DataType::Int32, false),
-        Field::new("d_typmod", DataType::Int32, false),
+        Field::new("d_typid", DataType::Int32, true),
+        Field::new("d_typmod", DataType::Int32, true),
+        Field::new("d_notnull", DataType::Boolean, false),
     ]));
     let rows = RecordBatch::try_new(
         declared_schema.clone(),
@@ -80,6 +84,7 @@ pub(crate) fn with_declared_types(
             Arc::new(StringArray::from(columns)),
             Arc::new(Int32Array::from(ids)),
             Arc::new(Int32Array::from(mods)),
+            Arc::new(datafusion::arrow::array::BooleanArray::from(not_null)),
         ],
     )?;
     let declared = Arc::new(MemTable::try_new(declared_schema, vec![vec![rows]])?);
@@ -108,6 +113,10 @@ pub(crate) fn with_declared_types(
             typmod_ty.clone(),
         )
         .alias("atttypmod"),
+        "attnotnull" => {
+            datafusion::functions::core::expr_fn::coalesce(vec![col("d_notnull"), a("attnotnull")])
+                .alias("attnotnull")
+        }
         name => a(name).alias(name),
     });
     let plan = LogicalPlanBuilder::scan("a", provider_as_source(attribute), None)?

@@ -30,6 +30,7 @@
 //!    are those of the PostgreSQL it was exported from and name its system views, which
 //!    its `pg_class` does not list (pg_dump: "parent table with OID 12000 of pg_rewrite
 //!    entry with OID 12003 not found"); tierdb has no rules.
+//! 7. `pg_settings` lists the settings `current_setting` answers (`catalogfns.rs`).
 
 use std::sync::Arc;
 
@@ -158,6 +159,7 @@ impl SchemaProvider for Owned {
         }
         Ok(Some(match name {
             "pg_roles" => one_role(table.schema(), &self.user)?,
+            "pg_settings" => crate::catalogfns::settings_table(table.schema())?,
             "pg_attribute" => {
                 let table = patched(name, table)?;
                 match (&self.tables, self.inner.table("pg_class").await?) {
