@@ -75,6 +75,17 @@ echo "== tierdb serve with PostgreSQL clients: psycopg 3, psycopg2, SQLAlchemy, 
 echo "== dbt-postgres on tierdb serve beside PostgreSQL 15: seed, table, view and incremental models built twice, data tests, docs generate; equal rows and documented columns (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_dbt.py")
+echo "== pgjdbc DatabaseMetaData and ResultSetMetaData on tierdb serve beside PostgreSQL 15 (pytest; a small Java program)"
+if ! command -v javac >/dev/null || ! command -v mvn >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q default-jdk-headless maven >/dev/null \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q default-jdk-headless maven >/dev/null; }
+  fi
+fi
+command -v javac >/dev/null && command -v mvn >/dev/null || { echo "error: javac and mvn are needed for the JDBC test; install default-jdk-headless and maven" >&2; exit 1; }
+timeout 600 mvn -q dependency:get -Dartifact=org.postgresql:postgresql:42.7.4 >/dev/null
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_jdbc.py")
 echo "== beyond one process: SSB SF 0.1 over 2 tierdb workers vs one process, serve --read-only replicas, MinIO erasure set losing a drive under a ZODB and SQL load (pytest)"
 (cd "$ZT" && MINIO_BIN="$MINIO_BIN" TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 1800 "$PY" -m pytest -q -s -p no:cacheprovider \
   "$ROOT/python/tests/test_scale.py")
