@@ -87,6 +87,32 @@ def test_psql_describes_tables(server):
     src.unlink()
 
 
+def test_psql_describe_commands_with_plus(server, db):
+    """psql's `\\dt+`, `\\dn+`, `\\df`, `\\dv`, `\\l` run (they called pg_size_pretty,
+    pg_table_size, array_to_string over ACLs, pg_function_is_visible), name the server's
+    user as owner, and `\\dt+` shows a columnar table's size: its segment files' bytes
+    as PostgreSQL's pg_size_pretty writes them."""
+    _, port = server
+    for sql in ["CREATE TABLE big (x INT, s TEXT)",
+                "INSERT INTO big SELECT CAST(value AS INT), 'row ' || value FROM generate_series(1, 50000)",
+                "CREATE VIEW big_v AS SELECT x FROM big"]:
+        p = psql(port, "-c", sql)
+        assert p.returncode == 0, p.stderr
+    out = {}
+    for cmd in [r"\dt+", r"\dn+", r"\df", r"\dv", r"\l"]:
+        p = psql(port, "-A", "-t", "-c", cmd)
+        assert p.returncode == 0 and "ERROR" not in p.stderr, (cmd, p.stderr)
+        out[cmd] = [line.split("|") for line in p.stdout.splitlines()]
+    big = next(r for r in out[r"\dt+"] if r[1] == "big")
+    assert big[3] == "tierdb", big
+    parquet = sum(f.stat().st_size for f in Path(db).rglob("*.parquet"))
+    assert parquet > 10240
+    # PostgreSQL 15's pg_size_pretty for sizes of this order: half-rounded kB.
+    assert big[6] == f"{(parquet // 512 + 1) // 2} kB", (big, parquet)
+    assert ["public", "tierdb"] == out[r"\dn+"][0][:2], out[r"\dn+"]
+    assert any(r[1] == "big_v" and r[3] == "tierdb" for r in out[r"\dv"]), out[r"\dv"]
+
+
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed (scripts/test.sh installs it)")
 def test_psql_lists_and_describes_views(server):
     _, port = server

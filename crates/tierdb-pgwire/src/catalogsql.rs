@@ -19,6 +19,7 @@ pub(crate) fn rewrite(parser: &PostgresCompatibilityParser, mut s: Statement) ->
     let mut s = parser.rewrite(s);
     regproc_names(&mut s);
     unique_literal_columns(&mut s);
+    acl_text(&mut s);
     aggregate_scalar_subqueries(&mut s);
     qualify_added_tables(&mut s);
     s
@@ -51,7 +52,8 @@ fn no_options(stmt: &mut Statement) {
 
 /// `pg_get_viewdef(x[, pretty])` (pg_dump, psql's `\d+` of a view) becomes `(SELECT
 /// definition FROM pg_catalog.tierdb_viewdefs WHERE oid = x)`: the stored query of the
-/// view (`declared.rs`).
+/// view (`declared.rs`); `pg_table_size(x)` and the other size functions `(SELECT bytes
+/// FROM pg_catalog.tierdb_sizes WHERE oid = x)` (`sizes.rs`).
 fn view_definition_lookups(stmt: &mut Statement) {
     use datafusion::sql::sqlparser::ast::{
         Expr, FunctionArg, FunctionArgExpr, FunctionArguments, visit_expressions_mut,
@@ -74,6 +76,23 @@ fn view_definition_lookups(stmt: &mut Statement) {
                 ))
                 .and_then(|mut p| p.parse_expr())
         {
+            *e = lookup;
+        } else if let Expr::Function(f) = e
+            && f.name.0.last().and_then(|p| p.as_ident()).is_some_and(|i| {
+                crate::sizes::SIZE_FUNCTIONS
+                    .iter()
+                    .any(|n| i.value.eq_ignore_ascii_case(n))
+            })
+            && let FunctionArguments::List(list) = &f.args
+            && let [FunctionArg::Unnamed(FunctionArgExpr::Expr(rel))] = list.args.as_slice()
+            && let Ok(lookup) = Parser::new(&PostgreSqlDialect {})
+                .try_with_sql(&format!(
+                    "(SELECT bytes FROM pg_catalog.{} WHERE oid = {rel})",
+                    crate::sizes::SIZES
+                ))
+                .and_then(|mut p| p.parse_expr())
+        {
+            // pg_table_size(x) and the other size functions (`sizes.rs`).
             *e = lookup;
         }
         std::ops::ControlFlow::<()>::Continue(())
@@ -426,6 +445,41 @@ fn unique_literal_columns(stmt: &mut Statement) {
     let _ = stmt.visit(&mut Names);
 }
 
+/// `array_to_string(x.nspacl, sep)` (psql's `\dn+`, `\l+`): datafusion-pg-catalog keeps
+/// ACL columns as text, which `array_to_string` refuses; the text is the answer.
+fn acl_text(stmt: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{
+        CastKind, DataType as SqlType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
+        visit_expressions_mut,
+    };
+    let _ = visit_expressions_mut(stmt, |e| {
+        if let Expr::Function(f) = e
+            && f.name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .is_some_and(|i| i.value.eq_ignore_ascii_case("array_to_string"))
+            && let FunctionArguments::List(list) = &f.args
+            && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(first))) = list.args.first()
+            && match first {
+                Expr::Identifier(i) => Some(i),
+                Expr::CompoundIdentifier(parts) => parts.last(),
+                _ => None,
+            }
+            .is_some_and(|i| i.value.ends_with("acl"))
+        {
+            *e = Expr::Cast {
+                kind: CastKind::Cast,
+                expr: Box::new(first.clone()),
+                data_type: SqlType::Text,
+                array: false,
+                format: None,
+            };
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
 /// `'name'::regproc` is the function's name in tierdb's catalog: datafusion-pg-catalog
 /// turns it into `(SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'name')`, but keeps
 /// the regproc columns it is compared with (`pg_type.typinput`) as names, and the
@@ -633,6 +687,18 @@ mod tests {
             text.contains("NULL, NULL AS \"?column?2\", NULL AS \"?column?3\""),
             "{text}"
         );
+    }
+
+    #[test]
+    fn acl_columns_are_their_text() {
+        let parser = PostgresCompatibilityParser::new();
+        let s = parse(
+            &parser,
+            "SELECT pg_catalog.array_to_string(n.nspacl, E'\\n') AS p FROM pg_catalog.pg_namespace n",
+        )
+        .expect("parses");
+        let text = s[0].to_string();
+        assert!(text.contains("CAST(n.nspacl AS TEXT) AS p"), "{text}");
     }
 
     #[test]

@@ -83,6 +83,7 @@ pub fn install_postgres_compat(engine: &SqlEngine, user: &str) -> Result<(), Str
         }),
     ));
     crate::catalogfns::install(engine);
+    crate::psqlfns::install(engine, user);
     Ok(())
 }
 

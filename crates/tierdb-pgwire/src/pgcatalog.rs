@@ -139,6 +139,11 @@ impl SchemaProvider for Owned {
                 .map_err(|e| DataFusionError::External(Box::new(e)))?;
             return Ok(Some(crate::declared::view_definitions(class, &views)?));
         }
+        if name == crate::sizes::SIZES
+            && let (Some(tables), Some(class)) = (&self.tables, self.inner.table("pg_class").await?)
+        {
+            return Ok(Some(crate::sizes::sizes(class, tables).await?));
+        }
         if let Some((_, columns)) = ADDED_TABLES.iter().find(|(t, _)| *t == name) {
             let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
                 columns
@@ -191,7 +196,8 @@ impl SchemaProvider for Owned {
 
     fn table_exist(&self, name: &str) -> bool {
         ADDED_TABLES.iter().any(|(t, _)| *t == name)
-            || (name == crate::declared::VIEW_DEFINITIONS && self.tables.is_some())
+            || ((name == crate::declared::VIEW_DEFINITIONS || name == crate::sizes::SIZES)
+                && self.tables.is_some())
             || self.inner.table_exist(name)
     }
 }
