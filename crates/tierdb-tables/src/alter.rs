@@ -1,4 +1,5 @@
-//! ALTER TABLE on the catalog: RENAME TO, ADD COLUMN, DROP COLUMN. Each is one atomic
+//! ALTER TABLE on the catalog: RENAME TO, ADD COLUMN, DROP COLUMN, ALTER COLUMN SET/DROP
+//! NOT NULL. Each is one atomic
 //! catalog commit that touches no segment file, so it takes the same time on any table.
 //!
 //! Invariants:
@@ -13,6 +14,10 @@
 //!    older files would answer for it.
 //! 4. A transaction that wrote rows with the table's old columns cannot commit them after
 //!    the change (40001; `Tables::commit_writes`).
+//! 5. SET NOT NULL holds for the rows already there: the extent map's exact null counts
+//!    say whether any committed value is NULL (23502 if one is); rows written meanwhile by
+//!    other transactions cannot commit (rule 4). On a row table (rows in the KV engine, no
+//!    counts) it is refused for now.
 
 use crate::catalog::{self, CatalogBatch, ColumnDef, ColumnStats, TableDef};
 use crate::error::{Result, TableError};
@@ -25,6 +30,11 @@ pub enum TableChange {
     AddColumn {
         column: ColumnDef,
         if_not_exists: bool,
+    },
+    /// ALTER COLUMN … SET NOT NULL (`true`) or DROP NOT NULL (`false`).
+    NotNull {
+        name: String,
+        not_null: bool,
     },
     DropColumn {
         name: String,
@@ -120,6 +130,51 @@ async fn apply(
                     nulls: s.rows,
                 });
             }
+        }
+        TableChange::NotNull { name, not_null } => {
+            let Some(i) = def.column_index(name) else {
+                return Err(column_error(
+                    "42703",
+                    format!(
+                        "column \"{name}\" of relation \"{}\" does not exist",
+                        def.name
+                    ),
+                ));
+            };
+            if !*not_null && def.primary_key.contains(name) {
+                return Err(column_error(
+                    "42P16",
+                    format!("column \"{name}\" is in a primary key"),
+                ));
+            }
+            if *not_null && def.columns[i].nullable {
+                if def.is_row_table() {
+                    return Err(column_error(
+                        "0A000",
+                        format!(
+                            "SET NOT NULL on {}, a table with a PRIMARY KEY, is not supported \
+                             yet",
+                            def.name
+                        ),
+                    ));
+                }
+                // Rule 5. A segment written before the column was added has no entry: all
+                // of its rows are NULL there.
+                let nulls: u64 = segments
+                    .iter()
+                    .map(|s| s.columns.get(i).map_or(s.rows, |c| c.nulls))
+                    .sum();
+                if nulls > 0 {
+                    return Err(column_error(
+                        "23502",
+                        format!(
+                            "column \"{name}\" of relation \"{}\" contains null values",
+                            def.name
+                        ),
+                    ));
+                }
+            }
+            def.columns[i].nullable = !*not_null;
         }
         TableChange::DropColumn { name, if_exists } => {
             let Some(i) = def.column_index(name) else {

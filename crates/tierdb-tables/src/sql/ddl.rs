@@ -24,7 +24,9 @@ impl SqlSession {
     /// statement one commit; other forms are refused before anything changes.
     async fn alter_table(&self, at: &datafusion::sql::sqlparser::ast::AlterTable) -> Result<()> {
         use crate::alter::TableChange;
-        use datafusion::sql::sqlparser::ast::{AlterTableOperation as Op, RenameTableNameKind};
+        use datafusion::sql::sqlparser::ast::{
+            AlterColumnOperation as ColumnOp, AlterTableOperation as Op, RenameTableNameKind,
+        };
         let name = table_name(&at.name)?;
         if self.tables.table(&name).await?.is_none() {
             if let [
@@ -92,10 +94,17 @@ impl SqlSession {
                     }
                     continue;
                 }
+                Op::AlterColumn {
+                    column_name,
+                    op: op @ (ColumnOp::SetNotNull | ColumnOp::DropNotNull),
+                } => TableChange::NotNull {
+                    name: ident_name(column_name),
+                    not_null: matches!(op, ColumnOp::SetNotNull),
+                },
                 other => {
                     return Err(TableError::Unsupported(format!(
                         "ALTER TABLE … {other} is not supported: tierdb alters tables with \
-                         RENAME TO, ADD COLUMN and DROP COLUMN"
+                         RENAME TO, ADD COLUMN, DROP COLUMN and ALTER COLUMN SET/DROP NOT NULL"
                     )));
                 }
             });
