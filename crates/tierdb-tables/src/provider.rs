@@ -414,10 +414,19 @@ impl TableProvider for TierTable {
             }
         };
         let input = sorted_plan(&self.def, input)?;
+        // Every column nullable as the sink tells DataFusion: NOT NULL is checked where the
+        // rows are written (`write::conform`), with PostgreSQL's 23502 naming the column
+        // (DataFusion's own check names its position).
+        let fields: Vec<_> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
         let sink = TierSink {
             tables: self.tables.clone(),
             def: self.def.clone(),
-            schema: self.schema.clone(),
+            schema: Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
             replace,
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))

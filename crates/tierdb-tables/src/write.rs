@@ -243,6 +243,16 @@ pub(crate) fn conform(
         } else {
             cast(array, field.data_type())?
         };
+        if !c.nullable && array.null_count() > 0 {
+            return Err(TableError::Column {
+                code: "23502",
+                message: format!(
+                    "null value in column \"{}\" of relation \"{}\" violates not-null \
+                     constraint",
+                    c.name, def.name
+                ),
+            });
+        }
         columns.push(match c.ty {
             ColumnType::Varchar { len } => check_length(array, &c.name, c.ty, len, false)?,
             ColumnType::Char { len } => check_length(array, &c.name, c.ty, len, true)?,
