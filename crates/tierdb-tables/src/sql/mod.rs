@@ -26,6 +26,7 @@ use crate::tables::Tables;
 use crate::txn::TxSlot;
 
 mod ddl;
+mod execute;
 mod isolation;
 mod serial;
 mod session;

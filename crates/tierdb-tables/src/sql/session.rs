@@ -7,18 +7,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::common::DFSchema;
-use datafusion::common::tree_node::TreeNode;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::logical_expr::dml::WriteOp;
-use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use futures::StreamExt;
 
-use super::{CATALOG, LocalPlanner, SCHEMA, StatementKind, StatementResult, parse};
+use super::{LocalPlanner, StatementKind, StatementResult, parse};
 use crate::error::{Result, TableError};
 use crate::joinorder::Cardinalities;
 use crate::provider::{ScanCounters, TierSchema};
@@ -154,13 +152,13 @@ impl Outcome {
 /// transaction, as any failed statement does (rule 3 of [`SqlSession`]).
 #[derive(Debug)]
 pub struct Rows {
-    source: Source,
-    abort: Abort,
+    pub(super) source: Source,
+    pub(super) abort: Abort,
 }
 
 /// Where a query's rows come from.
 #[derive(Debug)]
-enum Source {
+pub(super) enum Source {
     /// A DataFusion plan, run as the rows are read.
     Plan(DataFrame),
     /// Rows read already (a key lookup's: `rows/fast.rs`).
@@ -468,7 +466,11 @@ impl SqlSession {
         }
     }
 
-    async fn savepoint(&self, kind: StatementKind, stmt: &DfStatement) -> Result<Outcome> {
+    pub(super) async fn savepoint(
+        &self,
+        kind: StatementKind,
+        stmt: &DfStatement,
+    ) -> Result<Outcome> {
         let name = match stmt {
             DfStatement::Statement(s) => match s.as_ref() {
                 SqlStatement::Savepoint { name } | SqlStatement::ReleaseSavepoint { name } => {
@@ -601,295 +603,6 @@ impl SqlSession {
         self.guarded(self.execute_unguarded(stmt, plan)).await
     }
 
-    async fn execute_unguarded(
-        &self,
-        mut stmt: DfStatement,
-        plan: Option<LogicalPlan>,
-    ) -> Result<Outcome> {
-        let kind = StatementKind::of(&stmt);
-        self.refuse_if_aborted(kind)?;
-        self.interrupt.clear(); // invariant 2 of `interrupt.rs`
-        match kind {
-            StatementKind::Begin if self.in_transaction() => {
-                self.notice("25001", "there is already a transaction in progress");
-                return Ok(Outcome::Command("BEGIN".into()));
-            }
-            StatementKind::Commit | StatementKind::Rollback if !self.in_transaction() => {
-                self.notice("25P01", "there is no transaction in progress");
-            }
-            _ => {}
-        }
-        match kind {
-            StatementKind::Begin => {
-                self.begin();
-                self.begin_modes(&stmt)?;
-                return Ok(Outcome::Command("BEGIN".into()));
-            }
-            StatementKind::Commit => {
-                let committed = self.commit().await?;
-                return Ok(Outcome::Command(
-                    if committed { "COMMIT" } else { "ROLLBACK" }.into(),
-                ));
-            }
-            StatementKind::Rollback => {
-                self.rollback().await;
-                return Ok(Outcome::Command("ROLLBACK".into()));
-            }
-            StatementKind::Savepoint | StatementKind::Release | StatementKind::RollbackTo => {
-                return self.savepoint(kind, &stmt).await;
-            }
-            StatementKind::Vacuum => {
-                let plan = self.tables.vacuum(DEFAULT_VACUUM_RETAIN).await?;
-                return Ok(Outcome::Command(format!("VACUUM {}", plan.delete.len())));
-            }
-            _ => {}
-        }
-        if let Some(outcome) = self.set_transaction(&stmt)? {
-            return Ok(outcome);
-        }
-        if let DfStatement::Statement(s) = &stmt
-            && let SqlStatement::Lock(lock) = s.as_ref()
-        {
-            return self.lock_tables(lock).await;
-        }
-        self.schema.refresh().await?;
-        let mut plan = plan;
-        if let Some(outcome) = self.temp_statement(&stmt, &mut plan).await? {
-            return Ok(outcome);
-        }
-        if let Some(outcome) = self.drop_or_truncate(&stmt).await? {
-            return Ok(outcome);
-        }
-        let temp = self.temp.named_in(&stmt);
-        if kind == StatementKind::Ddl && self.in_transaction() && !temp && !creates_temp(&stmt) {
-            // Rule 2: said where it happens, not only in the documentation.
-            let verb: Vec<String> = stmt
-                .to_string()
-                .split_whitespace()
-                .take(2)
-                .map(str::to_uppercase)
-                .collect();
-            self.notice(
-                "01000",
-                &format!(
-                    "{} in a transaction block takes effect at once: ROLLBACK does not undo \
-                     it (tierdb does not keep DDL in transactions yet)",
-                    verb.join(" ")
-                ),
-            );
-        }
-        // Every statement that can read a view (queries, writes, CREATE TABLE … AS).
-        crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
-        if crate::dml::is_update_or_delete(&stmt) {
-            // No segment merge of the target commits from planning to the end (merge.rs).
-            let _merges_wait = crate::merge::DmlGuard::of_statement(&self.tables, &stmt);
-            let state = self.ctx.state();
-            let plan = match plan {
-                Some(p) => p,
-                None => {
-                    self.require_tables(&state, &stmt)?;
-                    let (tables, stmt) = (self.tables.clone(), stmt.clone());
-                    crate::interrupt::off_task(async move {
-                        crate::dml::plan(&state, &tables, &stmt).await
-                    })
-                    .await?
-                }
-            };
-            let n = crate::dml::execute(&self.local_ctx(), &self.tables, &stmt, plan).await?;
-            return Ok(Outcome::Command(format!("{} {n}", crate::dml::verb(&stmt))));
-        }
-        let mut keys = None;
-        let mut declared = Vec::new();
-        let mut sequences = Vec::new();
-        let mut temporary = false;
-        if let DfStatement::Statement(s) = &mut stmt
-            && let SqlStatement::CreateTable(ct) = s.as_mut()
-        {
-            // DataFusion plans no temporary tables: tierdb keeps them (`temp.rs`).
-            temporary = std::mem::take(&mut ct.temporary);
-            if temporary && ct.on_commit.is_some() {
-                return Err(TableError::Unsupported(
-                    "ON COMMIT on a temporary table is not supported: it lives until the \
-                     session ends (drop it with DROP TABLE)"
-                        .into(),
-                ));
-            }
-            let order = ct.order_by.take();
-            let part = ct.partition_by.take();
-            // PostgreSQL's storage parameters (fillfactor, autovacuum_*) mean nothing to
-            // segments: accepted with a warning, as the issue of tools that send them asks.
-            if let datafusion::sql::sqlparser::ast::CreateTableOptions::With(options) =
-                std::mem::take(&mut ct.table_options)
-            {
-                let names: Vec<String> = options.iter().map(|o| o.to_string()).collect();
-                self.notice(
-                    "01000",
-                    &format!(
-                        "storage parameters ({}) are ignored: tierdb tables are Parquet segments",
-                        names.join(", ")
-                    ),
-                );
-            }
-            let table = super::relation_name(&ct.name).unwrap_or_default();
-            sequences = super::serial::rewrite(ct, &table);
-            keys = Some((order, part));
-            // PostgreSQL's long names of VARCHAR(n) and CHAR(n) (pg_dump writes them).
-            for c in &mut ct.columns {
-                use datafusion::sql::sqlparser::ast::DataType as T;
-                c.data_type = match std::mem::replace(&mut c.data_type, T::Text) {
-                    T::CharacterVarying(n) | T::CharVarying(n) => T::Varchar(n),
-                    T::Character(n) => T::Char(n),
-                    other => other,
-                };
-            }
-            // What the Arrow schema does not carry: VARCHAR(n), CHAR(n).
-            declared = ct.columns.iter().map(|c| c.data_type.clone()).collect();
-        }
-        let state = self.ctx.state();
-        let plan = match plan {
-            Some(p) => p,
-            None if keys.is_none()
-                && !temp
-                && let Some(p) = crate::rows::fast::plan(&self.tables, &stmt).await? =>
-            {
-                p
-            }
-            None => {
-                self.require_tables(&state, &stmt)?;
-                crate::guard::check(&stmt)?;
-                let planning = state.clone();
-                let plan =
-                    crate::interrupt::off_task(
-                        async move { planning.statement_to_plan(stmt).await },
-                    )
-                    .await?;
-                let plan = crate::rows::sequence::bind_to_session(plan, &state)?;
-                crate::literals::int4_literals(plan)?
-            }
-        };
-        if let Some(lookup) = crate::rows::fast::as_lookup(&plan) {
-            let tx = self.abort.slot.current();
-            let (schema, batches) =
-                crate::rows::fast::run(&self.tables, lookup, tx.as_ref()).await?;
-            return Ok(Outcome::Rows(Rows {
-                source: Source::Ready(schema, batches),
-                abort: self.abort.clone(),
-            }));
-        }
-        match plan {
-            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) if temporary => {
-                let (order, part) = keys.unwrap_or((None, None));
-                let extras = order.is_some() || part.is_some() || !sequences.is_empty();
-                self.create_temp(c, extras).await
-            }
-            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
-                let (order, part) = keys.unwrap_or((None, None));
-                self.create_table(c, &declared, order, part, sequences)
-                    .await
-            }
-            LogicalPlan::Ddl(DdlStatement::DropTable(d))
-                if d.name
-                    .schema()
-                    .is_none_or(|s| s == super::temp::TEMP_SCHEMA)
-                    && self.temp.has(d.name.table()) =>
-            {
-                let before = self.temp.before_change(self.in_transaction()).await;
-                self.temp.drop_table(d.name.table());
-                self.temp.after_change(before).await?;
-                Ok(Outcome::Command("DROP TABLE".into()))
-            }
-            LogicalPlan::Ddl(DdlStatement::DropTable(d)) => {
-                let name = d.name.table().to_string();
-                let dropped = self.tables.drop_table(&name, d.if_exists).await?;
-                self.schema.refresh().await?;
-                Ok(Outcome::Command(
-                    if dropped {
-                        "DROP TABLE"
-                    } else {
-                        "DROP TABLE (did not exist)"
-                    }
-                    .into(),
-                ))
-            }
-            LogicalPlan::Ddl(other) => Err(TableError::Schema(format!(
-                "{} is not supported: tierdb keeps tables only (CREATE TABLE, DROP TABLE)",
-                other.name()
-            ))),
-            plan @ LogicalPlan::Dml(_) if self.inserts_into_temp(&plan) => {
-                let n = self.insert_into_temp(plan).await?;
-                Ok(Outcome::Command(format!("INSERT 0 {n}")))
-            }
-            LogicalPlan::Dml(dml) => {
-                let op = match &dml.op {
-                    WriteOp::Insert(_) => "INSERT 0",
-                    other => {
-                        return Err(TableError::Schema(format!(
-                            "{other} is not supported: use INSERT, UPDATE or DELETE"
-                        )));
-                    }
-                };
-                let df = self
-                    .exec_ctx()
-                    .execute_logical_plan(LogicalPlan::Dml(dml))
-                    .await?;
-                let n = inserted(&crate::interrupt::off_task(df.collect()).await?);
-                Ok(Outcome::Command(format!("{op} {n}")))
-            }
-            // SQL-level PREPARE (pg_dump prepares its per-object queries): the statement is
-            // kept in the session for EXECUTE, and answered with its command tag, not rows.
-            plan @ LogicalPlan::Statement(datafusion::logical_expr::Statement::Prepare(_)) => {
-                self.ctx.execute_logical_plan(plan).await?;
-                Ok(Outcome::Command("PREPARE".into()))
-            }
-            plan => {
-                self.measure_join_inputs(&plan).await;
-                let ctx = self.exec_ctx();
-                let state = ctx.state();
-                let plan =
-                    crate::interrupt::off_task(async move { analyzed(&state, plan) }).await?;
-                Ok(Outcome::Rows(Rows {
-                    source: Source::Plan(ctx.execute_logical_plan(plan).await?),
-                    abort: self.abort.clone(),
-                }))
-            }
-        }
-    }
-
-    /// `LOCK TABLE … IN ACCESS SHARE MODE` (pg_dump locks every table it dumps): the lock
-    /// keeps the table from changing shape under the transaction, and what it reads is
-    /// its snapshot anyway (REPEATABLE READ) or each statement's. Accepted for existing
-    /// tables inside a transaction, as PostgreSQL does; tierdb takes no table locks, so a
-    /// DROP or ALTER of the table by another session is not held off. The stronger modes,
-    /// which would hold off writers, are refused (0A000) rather than silently not held.
-    async fn lock_tables(&self, lock: &datafusion::sql::sqlparser::ast::Lock) -> Result<Outcome> {
-        use datafusion::sql::sqlparser::ast::LockTableMode;
-        if !self.in_transaction() {
-            return Err(TableError::Transaction {
-                code: "25P01",
-                message: "LOCK TABLE can only be used in transaction blocks".into(),
-            });
-        }
-        match &lock.lock_mode {
-            // ACCESS EXCLUSIVE is PostgreSQL's default mode.
-            Some(LockTableMode::AccessShare) => {}
-            other => {
-                let mode = other
-                    .as_ref()
-                    .map_or("ACCESS EXCLUSIVE".to_string(), |m| m.to_string());
-                return Err(TableError::Unsupported(format!(
-                    "LOCK TABLE … IN {mode} MODE is not supported: tierdb takes no table \
-                     locks that hold off other writers (IN ACCESS SHARE MODE is accepted)"
-                )));
-            }
-        }
-        for target in &lock.tables {
-            let name = super::relation_name(&target.name)
-                .ok_or_else(|| TableError::NoTable(target.name.to_string()))?;
-            self.tables.require(&name).await?;
-        }
-        Ok(Outcome::Command("LOCK TABLE".into()))
-    }
-
     /// The context a statement runs in: the session's, or, when queries are spread over
     /// workers and this session's open transaction has written segments (which its scans
     /// read and no worker can: they are in no catalog yet), the same without the
@@ -911,117 +624,11 @@ impl SqlSession {
             .build();
         SessionContext::new_with_state(state)
     }
-
-    /// Counts the rows of the filtered dimension scans of `plan`'s joins that the join
-    /// order has no measurement for yet (see `joinorder.rs`). Best effort: a count that
-    /// fails leaves that input to the estimate.
-    async fn measure_join_inputs(&self, plan: &LogicalPlan) {
-        let Some(cards) = &self.cards else {
-            return;
-        };
-        let mut scans = 0;
-        let _ = plan.apply(|n| {
-            if matches!(n, LogicalPlan::TableScan(_)) {
-                scans += 1;
-            }
-            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-        });
-        if scans < 3 {
-            return;
-        }
-        let (state, plan) = (self.ctx.state(), plan.clone());
-        let optimized = match crate::interrupt::off_task(async move { state.optimize(&plan) }).await
-        {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::debug!("join inputs not measured: {e}");
-                return;
-            }
-        };
-        for (key, input) in crate::joinorder::unmeasured(&optimized, cards) {
-            match self.count_rows(input).await {
-                Ok(n) => cards.insert(key, n),
-                Err(e) => tracing::debug!("join input {key} not measured: {e}"),
-            }
-        }
-    }
-
-    async fn count_rows(&self, input: LogicalPlan) -> Result<u64> {
-        let counted = LogicalPlanBuilder::from(input)
-            .aggregate(
-                Vec::<datafusion::logical_expr::Expr>::new(),
-                vec![datafusion::functions_aggregate::count::count_all()],
-            )?
-            .build()?;
-        let batches = self
-            .exec_ctx()
-            .execute_logical_plan(counted)
-            .await?
-            .collect()
-            .await?;
-        batches
-            .first()
-            .filter(|b| b.num_rows() == 1)
-            .and_then(|b| {
-                b.column(0)
-                    .as_any()
-                    .downcast_ref::<datafusion::arrow::array::Int64Array>()
-                    .map(|a| a.value(0).max(0) as u64)
-            })
-            .ok_or_else(|| TableError::Schema("count(*) returned no row".into()))
-    }
-
-    /// Fails with [`TableError::NoTable`] (kind NotFound, SQLSTATE 42P01) when a statement
-    /// reads or writes a table of ours that does not exist, instead of DataFusion's untyped
-    /// planning error. DDL names its own targets and is left to its own checks.
-    fn require_tables(
-        &self,
-        state: &datafusion::execution::SessionState,
-        stmt: &DfStatement,
-    ) -> Result<()> {
-        let DfStatement::Statement(s) = stmt else {
-            return Ok(());
-        };
-        if matches!(
-            s.as_ref(),
-            SqlStatement::CreateTable(_)
-                | SqlStatement::Drop { .. }
-                | SqlStatement::CreateView { .. }
-        ) {
-            return Ok(());
-        }
-        for r in state.resolve_table_references(stmt)? {
-            if r.table().starts_with(crate::dml::ROWS_PREFIX) {
-                return Err(TableError::NoTable(r.table().to_string()));
-            }
-            let ours = r.catalog().is_none_or(|c| c == CATALOG)
-                && r.schema().is_none_or(|s| s == SCHEMA)
-                && !state.table_functions().contains_key(r.table());
-            if ours
-                && !self.temp.has(r.table())
-                && !datafusion::catalog::SchemaProvider::table_exist(
-                    self.schema.as_ref(),
-                    r.table(),
-                )
-            {
-                return Err(TableError::NoTable(r.table().to_string()));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// How long VACUUM keeps a file after it left the catalog, for readers that planned before
 /// (queries, followers) still reading it.
 pub const DEFAULT_VACUUM_RETAIN: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// Whether `stmt` is CREATE TEMP TABLE (kept by the session, undone by ROLLBACK), or DDL
-/// that changes nothing stored (COMMENT ON is not kept; the one schema exists).
-fn creates_temp(stmt: &DfStatement) -> bool {
-    matches!(stmt, DfStatement::Statement(s)
-        if matches!(s.as_ref(), SqlStatement::CreateTable(ct) if ct.temporary)
-            || matches!(s.as_ref(), SqlStatement::Comment { .. } | SqlStatement::CreateSchema { .. }))
-}
 
 /// The row count an INSERT plan returns (one UInt64 "count" value).
 pub(super) fn inserted(batches: &[RecordBatch]) -> u64 {
@@ -1040,7 +647,10 @@ pub(super) fn inserted(batches: &[RecordBatch]) -> u64 {
 /// `plan` after the session's analyzer rules (type coercion, tierdb's checked arithmetic
 /// and numeric sums): the types its rows will have. Running the query analyzes it again,
 /// which changes nothing more.
-fn analyzed(state: &datafusion::execution::SessionState, plan: LogicalPlan) -> Result<LogicalPlan> {
+pub(super) fn analyzed(
+    state: &datafusion::execution::SessionState,
+    plan: LogicalPlan,
+) -> Result<LogicalPlan> {
     Ok(state
         .analyzer()
         .execute_and_check(plan, state.config_options(), |_, _| {})?)
