@@ -59,19 +59,27 @@ def start_minio(binary, root, drives, parity):
                           "--address", f"127.0.0.1:{port}", "--console-address", f"127.0.0.1:{console}"],
                          stdout=log, stderr=subprocess.STDOUT, env=env)
     endpoint = f"http://127.0.0.1:{port}"
-    for _ in range(300):
+    # Live is not enough: the erasure set takes writes once it has its write quorum
+    # (/minio/health/cluster answers 200), which on a loaded machine comes later; the
+    # bucket is made by then, retried until a deadline rather than after a fixed sleep.
+    deadline = time.time() + 120
+    created = False
+    while time.time() < deadline:
         if p.poll() is not None:
             raise SystemExit("MinIO exited:\n" + (root / "minio.log").read_text())
-        if subprocess.run(["curl", "-sf", f"{endpoint}/minio/health/live"], capture_output=True).returncode == 0:
+        ready = subprocess.run(["curl", "-sf", f"{endpoint}/minio/health/cluster"],
+                               capture_output=True).returncode == 0
+        if ready and subprocess.run(["curl", "-sf", "-X", "PUT", "--aws-sigv4", "aws:amz:us-east-1:s3",
+                                     "--user", "tierdbtest:tierdbtest-secret", f"{endpoint}/{BUCKET}"],
+                                    capture_output=True).returncode == 0:
+            created = True
             break
-        time.sleep(0.1)
-    else:
+        time.sleep(0.2)
+    if not created:
         p.kill()
-        raise SystemExit("MinIO did not become live within 30 s")
+        raise SystemExit("MinIO's erasure set took no write within 120 s:\n" + (root / "minio.log").read_text()[-3000:])
     os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="tierdbtest",
                       AWS_SECRET_ACCESS_KEY="tierdbtest-secret", AWS_REGION="us-east-1")
-    subprocess.run(["curl", "-sf", "-X", "PUT", "--aws-sigv4", "aws:amz:us-east-1:s3",
-                    "--user", "tierdbtest:tierdbtest-secret", f"{endpoint}/{BUCKET}"], check=True)
     return p
 
 
