@@ -77,6 +77,22 @@ pub(crate) fn settings_table(
     )?))
 }
 
+/// `name(oid)`: `value` for every row (a property every object of tierdb's catalog has).
+pub(crate) fn constant_bool(name: &str, value: bool) -> ScalarUDF {
+    create_udf(
+        name,
+        vec![DataType::Int64],
+        DataType::Boolean,
+        Volatility::Stable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let n = ColumnarValue::values_to_arrays(args)?[0].len();
+            Ok(ColumnarValue::Array(Arc::new(BooleanArray::from(
+                vec![value; n],
+            ))))
+        }),
+    )
+}
+
 /// The settings `current_setting` answers, as this server has them (`SET` of a session
 /// does not change these answers; `SHOW` answers the session's own).
 fn setting(name: &str) -> Option<String> {
@@ -265,19 +281,7 @@ pub(crate) fn install(engine: &SqlEngine) {
         }));
     }
     // tierdb has no temporary schemas of other sessions.
-    ctx.register_udf(create_udf(
-        "pg_is_other_temp_schema",
-        vec![DataType::Int64],
-        DataType::Boolean,
-        Volatility::Stable,
-        Arc::new(|args: &[ColumnarValue]| {
-            let arrays = ColumnarValue::values_to_arrays(args)?;
-            let n = arrays[0].len();
-            Ok(ColumnarValue::Array(Arc::new(BooleanArray::from(
-                vec![false; n],
-            ))))
-        }),
-    ));
+    ctx.register_udf(constant_bool("pg_is_other_temp_schema", false));
     // Privileges: tierdb has one user, who owns everything; no ACL differs from the
     // default, which tools then leave out of their output.
     ctx.register_udf(create_udf(

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
 use tierdb_tables::SqlEngine;
@@ -57,19 +57,9 @@ pub(crate) fn install(engine: &SqlEngine, user: &str) {
         }),
     ));
     // Every function pg_proc lists is in a schema on the search path (pg_catalog).
-    ctx.register_udf(create_udf(
+    ctx.register_udf(crate::catalogfns::constant_bool(
         "pg_function_is_visible",
-        vec![DataType::Int64],
-        DataType::Boolean,
-        Volatility::Stable,
-        Arc::new(|args: &[ColumnarValue]| {
-            let arrays = ColumnarValue::values_to_arrays(args)?;
-            let n = arrays[0].len();
-            Ok(ColumnarValue::Array(Arc::new(BooleanArray::from(vec![
-                true;
-                n
-            ]))))
-        }),
+        true,
     ));
     let name = user.to_string();
     ctx.register_udf(create_udf(
