@@ -817,3 +817,46 @@ async fn a_merge_waits_for_a_transaction_that_rewrites_its_segments() {
     let def = e.tables().require("s").await.unwrap();
     assert!(e.tables().segments(&def).await.unwrap().len() < 8);
 }
+
+/// EXPLAIN of UPDATE and DELETE shows the query that names their rows and which store it
+/// reads; a write of one row by its primary key says it takes the short path.
+#[tokio::test]
+async fn explain_shows_which_path_an_update_or_delete_takes() {
+    let (e, _) = engine(100).await;
+    e.sql(
+        "CREATE TABLE r (id INT NOT NULL, k INT NOT NULL, PRIMARY KEY (id));
+         CREATE TABLE c (id INT NOT NULL, k INT NOT NULL)",
+    )
+    .await
+    .unwrap();
+    let text = |sql: &'static str| {
+        let e = &e;
+        async move {
+            rows(e, sql)
+                .await
+                .into_iter()
+                .map(|r| r.join(" "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    };
+    for sql in [
+        "EXPLAIN UPDATE r SET k = k + 1 WHERE id = 1",
+        "EXPLAIN DELETE FROM r AS x WHERE x.id = 7",
+    ] {
+        let t = text(sql).await;
+        assert!(
+            t.contains("short path: one row by its primary key"),
+            "{sql}:\n{t}"
+        );
+        assert!(t.contains("RowLookup"), "{sql}:\n{t}");
+    }
+    let t = text("EXPLAIN UPDATE r SET k = 0 WHERE id > 1").await;
+    assert!(t.contains("(row store: KV engine), the rows"), "{t}");
+    assert!(t.contains("RowScanExec"), "{t}");
+    assert!(!t.contains("short path"), "{t}");
+    let t = text("EXPLAIN DELETE FROM c WHERE id = 1").await;
+    assert!(t.contains("(columnar segments)"), "{t}");
+    let r = e.sql("EXPLAIN ANALYZE DELETE FROM r WHERE id = 1").await;
+    assert!(r.is_err(), "EXPLAIN ANALYZE would change rows");
+}

@@ -91,7 +91,13 @@ pub(crate) async fn plan(
     };
     let select = DfStatement::Statement(Box::new(target.select_with_ids(&columns, ids)?));
     crate::guard::check(&select)?;
-    let plan = state.statement_to_plan(select).await?;
+    // Integer literals typed as PostgreSQL types them (`k + 1` stays integer), as queries.
+    let mut plan = crate::literals::int4_literals(state.statement_to_plan(select).await?)?;
+    if def.is_row_table()
+        && let Some(equalities) = target.key_equalities()
+    {
+        plan = crate::rows::fastdml::shorten(plan, &def, &equalities)?;
+    }
     match target.kind {
         DmlKind::Delete => Ok(plan),
         DmlKind::Update => typed(plan, &def, ids.len()),
@@ -149,6 +155,10 @@ pub(crate) async fn execute(
         Some(t) => t.kind,
         None => return Err(TableError::Schema("not an UPDATE or DELETE".into())),
     };
+    if let Some(def) = crate::rows::fastdml::target(&plan) {
+        let def = def.clone();
+        return crate::rows::dml::execute(ctx, tables, &def, kind == DmlKind::Update, plan).await;
+    }
     let provider = rowid_provider(&plan)?;
     if let Some(rows) = provider.downcast_ref::<crate::rows::provider::RowTable>() {
         let def = rows.def().clone();

@@ -179,6 +179,17 @@ impl DmlTarget {
         })
     }
 
+    /// The WHERE as `column = value` conjuncts on the target, if it is nothing else and the
+    /// statement joins no other table: what a row table's short path can take
+    /// (`rows/fastdml.rs`).
+    pub(crate) fn key_equalities(&self) -> Option<Vec<(String, SqlExpr)>> {
+        if !self.from.is_empty() {
+            return None;
+        }
+        let qualifier = crate::sql::ident_name(&self.qualifier);
+        crate::rows::fast::equalities(self.selection.as_ref()?, &qualifier)
+    }
+
     /// The query naming the rows to change: the segment and row ids, then (UPDATE) every
     /// column of the table in order, `columns`, with its new value.
     #[cfg(test)]

@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use datafusion::arrow::array::{Array, BinaryArray, RecordBatch};
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
@@ -63,11 +65,25 @@ pub(crate) async fn execute(
     let named = loop {
         runs += 1;
         let reading = state.reading();
-        let stream = ctx
-            .execute_logical_plan(plan.clone())
-            .await?
-            .execute_stream()
-            .await?;
+        let stream: SendableRecordBatchStream = match Box::pin(super::fastdml::run(
+            &ctx.state(),
+            tables,
+            &plan,
+            tx.as_ref(),
+        ))
+        .await?
+        {
+            Some(batches) => Box::pin(RecordBatchStreamAdapter::new(
+                Arc::new(plan.schema().as_arrow().clone()),
+                futures::stream::iter(batches.into_iter().map(Ok)),
+            )),
+            None => {
+                ctx.execute_logical_plan(plan.clone())
+                    .await?
+                    .execute_stream()
+                    .await?
+            }
+        };
         let named = collect(stream, def, update).await?;
         for n in &named {
             state.lock(id, &n.key, &def.name).await?;
@@ -108,7 +124,7 @@ pub(crate) async fn execute(
 
 /// The rows the query names, each once (the first time it is named, as PostgreSQL).
 async fn collect(
-    mut stream: datafusion::execution::SendableRecordBatchStream,
+    mut stream: SendableRecordBatchStream,
     def: &TableDef,
     update: bool,
 ) -> Result<Vec<Named>> {

@@ -38,12 +38,18 @@ pub(crate) struct Lookup {
     keys: Vec<Expr>,
     /// The table's columns the statement returns, in order.
     columns: Vec<usize>,
+    /// Whether the row's key follows them (the key view UPDATE and DELETE read:
+    /// `fastdml.rs`).
+    with_key: bool,
     schema: DFSchemaRef,
 }
 
 impl PartialEq for Lookup {
     fn eq(&self, o: &Self) -> bool {
-        self.def.id == o.def.id && self.keys == o.keys && self.columns == o.columns
+        self.def.id == o.def.id
+            && self.keys == o.keys
+            && self.columns == o.columns
+            && self.with_key == o.with_key
     }
 }
 impl Eq for Lookup {}
@@ -52,6 +58,7 @@ impl Hash for Lookup {
         self.def.id.hash(h);
         self.keys.hash(h);
         self.columns.hash(h);
+        self.with_key.hash(h);
     }
 }
 impl PartialOrd for Lookup {
@@ -80,8 +87,9 @@ impl UserDefinedLogicalNodeCore for Lookup {
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "RowLookup: table={} (row store: KV engine), primary key lookup",
-            self.def.name
+            "RowLookup: table={} (row store: KV engine), primary key lookup{}",
+            self.def.name,
+            if self.with_key { ", with key" } else { "" }
         )
     }
 
@@ -94,6 +102,12 @@ impl UserDefinedLogicalNodeCore for Lookup {
             keys: exprs,
             ..self.clone()
         })
+    }
+}
+
+impl Lookup {
+    pub(crate) fn def(&self) -> &TableDef {
+        &self.def
     }
 }
 
@@ -116,29 +130,9 @@ pub(crate) async fn plan(tables: &Tables, stmt: &DfStatement) -> Result<Option<L
     if !def.is_row_table() {
         return Ok(None);
     }
-    let key_cols = key_columns(&def)?;
-    if key_cols
-        .iter()
-        .any(|&i| matches!(def.columns[i].ty, ColumnType::Char { .. }))
-    {
+    let Some(keys) = pinned_keys(&def, &shape.equalities)? else {
         return Ok(None);
-    }
-    // Every key column pinned once, nothing else in the WHERE.
-    let mut keys = Vec::with_capacity(key_cols.len());
-    for &i in &key_cols {
-        let c = &def.columns[i];
-        let mut found = shape.equalities.iter().filter(|(n, _)| *n == c.name);
-        let (Some((_, v)), None) = (found.next(), found.next()) else {
-            return Ok(None);
-        };
-        let Some(e) = value(v, c.ty) else {
-            return Ok(None);
-        };
-        keys.push(e);
-    }
-    if shape.equalities.len() != key_cols.len() {
-        return Ok(None);
-    }
+    };
     let mut columns = Vec::new();
     let mut names = Vec::new();
     for item in &shape.items {
@@ -176,9 +170,63 @@ pub(crate) async fn plan(tables: &Tables, stmt: &DfStatement) -> Result<Option<L
             def: Arc::new(def),
             keys,
             columns,
+            with_key: false,
             schema: Arc::new(schema),
         }),
     })))
+}
+
+/// The lookup of the row of `def` whose key `equalities` (`column = value` conjuncts,
+/// nothing else) pin, returning every column and the key, under `schema` (the key view's
+/// scan, as the DML query names it); `None` if they do not pin exactly one key.
+pub(crate) fn key_view_lookup(
+    def: &TableDef,
+    equalities: &[(String, SqlExpr)],
+    schema: DFSchemaRef,
+) -> Result<Option<LogicalPlan>> {
+    if schema.fields().len() != def.columns.len() + 1 {
+        return Ok(None);
+    }
+    let Some(keys) = pinned_keys(def, equalities)? else {
+        return Ok(None);
+    };
+    Ok(Some(LogicalPlan::Extension(Extension {
+        node: Arc::new(Lookup {
+            def: Arc::new(def.clone()),
+            keys,
+            columns: (0..def.columns.len()).collect(),
+            with_key: true,
+            schema,
+        }),
+    })))
+}
+
+/// The key values (one per primary key column, in key order) `equalities` pin, if they
+/// pin every key column once and say nothing else, with values the short path can take.
+fn pinned_keys(def: &TableDef, equalities: &[(String, SqlExpr)]) -> Result<Option<Vec<Expr>>> {
+    let key_cols = key_columns(def)?;
+    if key_cols
+        .iter()
+        .any(|&i| matches!(def.columns[i].ty, ColumnType::Char { .. }))
+    {
+        return Ok(None);
+    }
+    let mut keys = Vec::with_capacity(key_cols.len());
+    for &i in &key_cols {
+        let c = &def.columns[i];
+        let mut found = equalities.iter().filter(|(n, _)| *n == c.name);
+        let (Some((_, v)), None) = (found.next(), found.next()) else {
+            return Ok(None);
+        };
+        let Some(e) = value(v, c.ty) else {
+            return Ok(None);
+        };
+        keys.push(e);
+    }
+    if equalities.len() != key_cols.len() {
+        return Ok(None);
+    }
+    Ok(Some(keys))
 }
 
 /// Runs a lookup (its parameters bound) in the session's transaction, if any.
@@ -228,16 +276,19 @@ pub(crate) async fn run(
         return Ok((lookup.schema.clone(), Vec::new()));
     };
     let row = format::decode_row(&lookup.def, &key, &v)?;
-    let picked: Vec<Vec<ScalarValue>> =
-        vec![lookup.columns.iter().map(|&i| row[i].clone()).collect()];
-    let mut arrays = Vec::with_capacity(lookup.columns.len());
-    for (i, f) in schema.fields().iter().enumerate() {
-        let a = ScalarValue::iter_to_array(picked.iter().map(|r| r[i].clone()))?;
+    let mut arrays = Vec::with_capacity(schema.fields().len());
+    for (&i, f) in lookup.columns.iter().zip(schema.fields()) {
+        let a = row[i].to_array()?;
         arrays.push(if a.data_type() == f.data_type() {
             a
         } else {
             datafusion::arrow::compute::cast(&a, f.data_type())?
         });
+    }
+    if lookup.with_key {
+        arrays.push(Arc::new(datafusion::arrow::array::BinaryArray::from_vec(
+            vec![&key[..]],
+        )));
     }
     Ok((
         lookup.schema.clone(),
@@ -334,15 +385,7 @@ impl Shape {
         let qualifier = alias
             .as_ref()
             .map_or_else(|| table.clone(), |a| ident_name(&a.name));
-        let column = |e: &SqlExpr| -> Option<String> {
-            match e {
-                SqlExpr::Identifier(i) => Some(ident_name(i)),
-                SqlExpr::CompoundIdentifier(parts) if parts.len() == 2 => {
-                    (ident_name(&parts[0]) == qualifier).then(|| ident_name(&parts[1]))
-                }
-                _ => None,
-            }
-        };
+        let column = |e: &SqlExpr| column_of(e, &qualifier);
         let mut items = Vec::new();
         for p in &sel.projection {
             items.push(match p {
@@ -362,24 +405,7 @@ impl Shape {
                 _ => return None,
             });
         }
-        let mut conjuncts = Vec::new();
-        split(sel.selection.as_ref()?, &mut conjuncts);
-        let mut equalities = Vec::new();
-        for c in conjuncts {
-            let SqlExpr::BinaryOp {
-                left,
-                op: BinaryOperator::Eq,
-                right,
-            } = c
-            else {
-                return None;
-            };
-            match (column(left), column(right)) {
-                (Some(n), None) => equalities.push((n, right.as_ref().clone())),
-                (None, Some(n)) => equalities.push((n, left.as_ref().clone())),
-                _ => return None,
-            }
-        }
+        let equalities = equalities(sel.selection.as_ref()?, &qualifier)?;
         Some(Shape {
             table,
             qualifier,
@@ -387,6 +413,41 @@ impl Shape {
             equalities,
         })
     }
+}
+
+/// The column `e` names, if it is a column of the relation called `qualifier`.
+fn column_of(e: &SqlExpr, qualifier: &str) -> Option<String> {
+    match e {
+        SqlExpr::Identifier(i) => Some(ident_name(i)),
+        SqlExpr::CompoundIdentifier(parts) if parts.len() == 2 => {
+            (ident_name(&parts[0]) == qualifier).then(|| ident_name(&parts[1]))
+        }
+        _ => None,
+    }
+}
+
+/// `selection` as `column = value` conjuncts over the relation called `qualifier`, if it
+/// is nothing else.
+pub(crate) fn equalities(selection: &SqlExpr, qualifier: &str) -> Option<Vec<(String, SqlExpr)>> {
+    let mut conjuncts = Vec::new();
+    split(selection, &mut conjuncts);
+    let mut out = Vec::new();
+    for c in conjuncts {
+        let SqlExpr::BinaryOp {
+            left,
+            op: BinaryOperator::Eq,
+            right,
+        } = c
+        else {
+            return None;
+        };
+        match (column_of(left, qualifier), column_of(right, qualifier)) {
+            (Some(n), None) => out.push((n, right.as_ref().clone())),
+            (None, Some(n)) => out.push((n, left.as_ref().clone())),
+            _ => return None,
+        }
+    }
+    Some(out)
 }
 
 fn split<'a>(e: &'a SqlExpr, out: &mut Vec<&'a SqlExpr>) {

@@ -17,6 +17,7 @@
 //! - [`provider`]: DataFusion's view of a row table: key-range scans, INSERT.
 //! - [`dml`]: UPDATE and DELETE of row tables.
 //! - [`fast`]: the short path of primary-key lookups (one KV read, no DataFusion plan).
+//! - [`fastdml`]: the short path of single-row UPDATE, DELETE and INSERT … VALUES.
 //! - [`convert`]: ALTER TABLE … ADD PRIMARY KEY: a columnar table becomes a row table.
 //! - [`sequence`]: sequences (SERIAL, nextval), reserved in durable blocks.
 //!
@@ -34,6 +35,7 @@
 pub(crate) mod convert;
 pub(crate) mod dml;
 pub(crate) mod fast;
+pub(crate) mod fastdml;
 pub(crate) mod format;
 pub mod index;
 pub(crate) mod keys;

@@ -93,6 +93,9 @@ impl SqlSession {
         }
         // Every statement that can read a view (queries, writes, CREATE TABLE … AS).
         crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
+        if let Some(outcome) = Box::pin(self.explain_dml(&stmt)).await? {
+            return Ok(outcome);
+        }
         if crate::dml::is_update_or_delete(&stmt) {
             // No segment merge of the target commits from planning to the end (merge.rs).
             let _merges_wait = crate::merge::DmlGuard::of_statement(&self.tables, &stmt);
@@ -230,6 +233,17 @@ impl SqlSession {
             ))),
             plan @ LogicalPlan::Dml(_) if self.inserts_into_temp(&plan) => {
                 let n = self.insert_into_temp(plan).await?;
+                Ok(Outcome::Command(format!("INSERT 0 {n}")))
+            }
+            plan @ LogicalPlan::Dml(_)
+                if let Some(n) = Box::pin(crate::rows::fastdml::insert(
+                    &self.ctx.state(),
+                    &self.tables,
+                    &plan,
+                    self.abort.slot.current().as_ref(),
+                ))
+                .await? =>
+            {
                 Ok(Outcome::Command(format!("INSERT 0 {n}")))
             }
             LogicalPlan::Dml(dml) => {

@@ -27,6 +27,7 @@ use crate::txn::TxSlot;
 
 mod ddl;
 mod execute;
+mod explain;
 mod isolation;
 mod serial;
 mod session;
@@ -34,6 +35,7 @@ mod temp;
 mod temp_stmt;
 
 use session::Abort;
+pub(crate) use session::analyzed;
 pub use session::{Batch, Notice, Outcome, Rows, SqlSession};
 
 pub const CATALOG: &str = "tierdb";

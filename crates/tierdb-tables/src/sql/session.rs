@@ -600,7 +600,10 @@ impl SqlSession {
         stmt: DfStatement,
         plan: Option<LogicalPlan>,
     ) -> Result<Outcome> {
-        self.guarded(self.execute_unguarded(stmt, plan)).await
+        // Boxed: the statement's future is large (every kind of statement in one state
+        // machine); callers' futures stay small, and debug builds' stacks with them.
+        self.guarded(Box::pin(self.execute_unguarded(stmt, plan)))
+            .await
     }
 
     /// The context a statement runs in: the session's, or, when queries are spread over
@@ -647,7 +650,7 @@ pub(super) fn inserted(batches: &[RecordBatch]) -> u64 {
 /// `plan` after the session's analyzer rules (type coercion, tierdb's checked arithmetic
 /// and numeric sums): the types its rows will have. Running the query analyzes it again,
 /// which changes nothing more.
-pub(super) fn analyzed(
+pub(crate) fn analyzed(
     state: &datafusion::execution::SessionState,
     plan: LogicalPlan,
 ) -> Result<LogicalPlan> {
