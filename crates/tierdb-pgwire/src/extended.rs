@@ -26,6 +26,7 @@ use pgwire::messages::PgWireBackendMessage;
 use tierdb_tables::TableError;
 
 use crate::conn::ConnState;
+use crate::deferflush::DeferFlush;
 use crate::errors::{table_error, user_error};
 use crate::parse::declared_parameters;
 use crate::show::is_set_or_show;
@@ -181,7 +182,55 @@ impl ExtendedQueryHandler for Extended {
         {
             rolls_back_to_savepoint(client, Some(&portal.statement.statement.stmt));
         }
-        self._on_execute(client, message).await
+        self._on_execute(&mut DeferFlush::new(client), message)
+            .await
+    }
+
+    async fn on_describe<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Describe,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self._on_describe(&mut DeferFlush::new(client), message)
+            .await
+    }
+
+    async fn on_parse<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Parse,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        PgwireDefaults(self.0.clone())
+            .on_parse(&mut DeferFlush::new(client), message)
+            .await
+    }
+
+    async fn on_bind<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Bind,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        PgwireDefaults(self.0.clone())
+            .on_bind(&mut DeferFlush::new(client), message)
+            .await
     }
 
     async fn do_query<C>(
@@ -261,6 +310,39 @@ impl ExtendedQueryHandler for Extended {
         };
         this.run(client, stmt, Some(plan), &portal.result_column_format)
             .await
+    }
+}
+
+/// pgwire's own Parse and Bind handling (statement and portal stores), which a trait
+/// method cannot call once [`Extended`] overrides it: `Extended` runs it through this
+/// handler with a [`DeferFlush`] connection. It never runs a statement.
+struct PgwireDefaults(Arc<ConnState>);
+
+#[async_trait]
+impl ExtendedQueryHandler for PgwireDefaults {
+    type Statement = Prepared;
+    type QueryParser = ConnState;
+
+    fn query_parser(&self) -> Arc<ConnState> {
+        self.0.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        _client: &mut C,
+        _portal: &Portal<Prepared>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        Err(user_error(
+            "XX000",
+            "internal: Parse/Bind handler asked to execute".into(),
+        ))
     }
 }
 

@@ -19,7 +19,7 @@
 //! | `tls`, `auth` | TLS (rustls) and the loopback rule; SCRAM against the one user |
 //! | `conn` | a connection's session (made again after a reopen) and running one statement |
 //! | `parse`, `catalogsql`, `systemcols` | query strings into statements (PostgreSQL's syntax, then tierdb's); rewrites of catalog queries; catalog system columns |
-//! | `simple`, `extended` | the simple and the extended query protocol |
+//! | `simple`, `extended`, `deferflush` | the simple and the extended query protocol; extended-protocol replies written at Sync/Flush, not one by one |
 //! | `copy` | COPY FROM STDIN (into the import path) and COPY TO STDOUT, their formats |
 //! | `cancel`, `stop` | CancelRequests; a statement given up (timeout, cancel) wherever it runs |
 //! | `show` | SET/SHOW, statement_timeout, tierdb's own settings |
@@ -36,6 +36,7 @@ mod compat;
 mod conn;
 mod copy;
 mod declared;
+mod deferflush;
 mod encode;
 mod errors;
 mod extended;
