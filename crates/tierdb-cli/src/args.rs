@@ -128,7 +128,7 @@ pub struct KvArgs {
     /// Memtable size before it is written as an L0 SST [default: 16MiB].
     #[arg(long)]
     pub memtable_bytes: Option<ByteSize>,
-    /// SST block compression: zstd, lz4 or none [default: lz4 for ZODB, zstd otherwise].
+    /// SST block compression: zstd, lz4 or none [default: lz4 for ZODB and SQL tables, zstd for kv].
     #[arg(long)]
     pub compression: Option<Compression>,
     /// How often the manifest is polled: fencing detection, a follower's lag [default: 500ms].

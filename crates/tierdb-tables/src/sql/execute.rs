@@ -99,10 +99,10 @@ impl SqlSession {
         if crate::dml::is_update_or_delete(&stmt) {
             // No segment merge of the target commits from planning to the end (merge.rs).
             let _merges_wait = crate::merge::DmlGuard::of_statement(&self.tables, &stmt);
-            let state = self.ctx.state();
             let plan = match plan {
                 Some(p) => p,
                 None => {
+                    let state = self.ctx.state();
                     self.require_tables(&state, &stmt)?;
                     let (tables, stmt) = (self.tables.clone(), stmt.clone());
                     crate::interrupt::off_task(async move {
@@ -161,7 +161,7 @@ impl SqlSession {
             // What the Arrow schema does not carry: VARCHAR(n), CHAR(n).
             declared = ct.columns.iter().map(|c| c.data_type.clone()).collect();
         }
-        let state = self.ctx.state();
+        // The session state is cloned (all its function maps) only where a plan is made.
         let plan = match plan {
             Some(p) => p,
             None if keys.is_none()
@@ -171,6 +171,7 @@ impl SqlSession {
                 p
             }
             None => {
+                let state = self.ctx.state();
                 self.require_tables(&state, &stmt)?;
                 crate::guard::check(&stmt)?;
                 let planning = state.clone();
