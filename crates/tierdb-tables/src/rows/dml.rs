@@ -65,25 +65,19 @@ pub(crate) async fn execute(
     let named = loop {
         runs += 1;
         let reading = state.reading();
-        let stream: SendableRecordBatchStream = match Box::pin(super::fastdml::run(
-            &ctx.state(),
-            tables,
-            &plan,
-            tx.as_ref(),
-        ))
-        .await?
-        {
-            Some(batches) => Box::pin(RecordBatchStreamAdapter::new(
-                Arc::new(plan.schema().as_arrow().clone()),
-                futures::stream::iter(batches.into_iter().map(Ok)),
-            )),
-            None => {
-                ctx.execute_logical_plan(plan.clone())
-                    .await?
-                    .execute_stream()
-                    .await?
-            }
-        };
+        let stream: SendableRecordBatchStream =
+            match Box::pin(super::fastdml::run(ctx, tables, &plan, tx.as_ref())).await? {
+                Some(batches) => Box::pin(RecordBatchStreamAdapter::new(
+                    Arc::new(plan.schema().as_arrow().clone()),
+                    futures::stream::iter(batches.into_iter().map(Ok)),
+                )),
+                None => {
+                    ctx.execute_logical_plan(plan.clone())
+                        .await?
+                        .execute_stream()
+                        .await?
+                }
+            };
         let named = collect(stream, def, update).await?;
         for n in &named {
             state.lock(id, &n.key, &def.name).await?;

@@ -31,6 +31,7 @@ use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{Expr, LogicalPlan, Projection, Values};
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_expr::create_physical_expr;
+use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Expr as SqlExpr;
 
 use super::fast::{self, Lookup};
@@ -130,14 +131,15 @@ pub(crate) fn target(plan: &LogicalPlan) -> Option<&TableDef> {
 /// The rows a shortened plan (its parameters bound) names: none or one, computed as the
 /// module doc says; `None` if `plan` is not a shortened plan.
 pub(crate) async fn run(
-    state: &SessionState,
+    ctx: &SessionContext,
     tables: &Tables,
     plan: &LogicalPlan,
     tx: Option<&Arc<Transaction>>,
 ) -> Result<Option<Vec<RecordBatch>>> {
     if parts(plan).is_none() {
-        return Ok(None);
+        return Ok(None); // checked before the session state is cloned
     }
+    let state = &ctx.state();
     let plan = crate::sql::analyzed(state, plan.clone())?;
     let Some((projections, lookup)) = parts(&plan) else {
         return Ok(None); // the analyzer changed its shape: the general path runs it
@@ -190,7 +192,7 @@ fn project(
 /// Runs `plan` if it is an INSERT … VALUES into a row table (its parameters bound), as the
 /// module doc says; returns how many rows it inserted, or `None` for any other plan.
 pub(crate) async fn insert(
-    state: &SessionState,
+    ctx: &SessionContext,
     tables: &Tables,
     plan: &LogicalPlan,
     tx: Option<&Arc<Transaction>>,
@@ -218,6 +220,8 @@ pub(crate) async fn insert(
             db: tables.name().to_string(),
         });
     }
+    // The session state is cloned only for a statement this path runs.
+    let state = &ctx.state();
     let input = crate::sql::analyzed(state, input.as_ref().clone())?;
     let Some(batch) = values_batch(state, &input)? else {
         return Ok(None);

@@ -238,7 +238,7 @@ impl SqlSession {
             }
             plan @ LogicalPlan::Dml(_)
                 if let Some(n) = Box::pin(crate::rows::fastdml::insert(
-                    &self.ctx.state(),
+                    &self.ctx,
                     &self.tables,
                     &plan,
                     self.abort.slot.current().as_ref(),
