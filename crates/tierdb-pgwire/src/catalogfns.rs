@@ -280,6 +280,7 @@ pub(crate) fn install(engine: &SqlEngine) {
             signature: Signature::variadic_any(Volatility::Stable),
         }));
     }
+    ctx.register_udf(crate::keysql::expandarray());
     // tierdb has no temporary schemas of other sessions.
     ctx.register_udf(constant_bool("pg_is_other_temp_schema", false));
     // Privileges: tierdb has one user, who owns everything; no ACL differs from the

@@ -16,6 +16,7 @@ pub(crate) fn rewrite(parser: &PostgresCompatibilityParser, mut s: Statement) ->
     array_literal_comparisons(&mut s);
     rowless_subqueries(&mut s);
     view_definition_lookups(&mut s);
+    crate::keysql::rewrite(&mut s);
     let mut s = parser.rewrite(s);
     regproc_names(&mut s);
     unique_literal_columns(&mut s);

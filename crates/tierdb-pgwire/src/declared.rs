@@ -54,7 +54,7 @@ pub(crate) fn with_declared_types(
     };
     let (typid_ty, typmod_ty) = (typid.data_type().clone(), typmod.data_type().clone());
     let (mut tables, mut columns, mut ids, mut mods) = (vec![], vec![], vec![], vec![]);
-    let mut not_null = vec![];
+    let (mut not_null, mut has_default) = (vec![], vec![]);
     for def in defs {
         for c in &def.columns {
             let (id, m) = type_and_typmod(c.ty).unzip();
@@ -65,6 +65,8 @@ pub(crate) fn with_declared_types(
             // Row tables show DataFusion every column nullable (NOT NULL is theirs to
             // check): what was declared is in the catalog, and a key column is NOT NULL.
             not_null.push(!c.nullable || def.primary_key.contains(&c.name));
+            // `pg_attrdef` lists it (`keys.rs`); psql's `\d` looks there only if this says so.
+            has_default.push(def.defaults.iter().any(|(d, _)| *d == c.name));
         }
     }
     if tables.is_empty() {
@@ -76,6 +78,7 @@ pub(crate) fn with_declared_types(
         Field::new("d_typid", DataType::Int32, true),
         Field::new("d_typmod", DataType::Int32, true),
         Field::new("d_notnull", DataType::Boolean, false),
+        Field::new("d_hasdef", DataType::Boolean, false),
     ]));
     let rows = RecordBatch::try_new(
         declared_schema.clone(),
@@ -85,6 +88,7 @@ pub(crate) fn with_declared_types(
             Arc::new(Int32Array::from(ids)),
             Arc::new(Int32Array::from(mods)),
             Arc::new(datafusion::arrow::array::BooleanArray::from(not_null)),
+            Arc::new(datafusion::arrow::array::BooleanArray::from(has_default)),
         ],
     )?;
     let declared = Arc::new(MemTable::try_new(declared_schema, vec![vec![rows]])?);
@@ -116,6 +120,10 @@ pub(crate) fn with_declared_types(
         "attnotnull" => {
             datafusion::functions::core::expr_fn::coalesce(vec![col("d_notnull"), a("attnotnull")])
                 .alias("attnotnull")
+        }
+        "atthasdef" => {
+            datafusion::functions::core::expr_fn::coalesce(vec![col("d_hasdef"), a("atthasdef")])
+                .alias("atthasdef")
         }
         name => a(name).alias(name),
     });

@@ -23,7 +23,7 @@
 //! | `copy` | COPY FROM STDIN (into the import path) and COPY TO STDOUT, their formats |
 //! | `cancel`, `stop` | CancelRequests; a statement given up (timeout, cancel) wherever it runs |
 //! | `show` | SET/SHOW, statement_timeout, tierdb's own settings |
-//! | `compat`, `catalogfns`, `pgcatalog` | pg_catalog and the catalog and settings functions tools call; the one role, owner of everything, and the catalog tables datafusion-pg-catalog lacks; `declared`: `pg_attribute` with declared types and typmods |
+//! | `compat`, `catalogfns`, `pgcatalog` | pg_catalog and the catalog and settings functions tools call; the one role, owner of everything, and the catalog tables datafusion-pg-catalog lacks; `declared`: `pg_attribute` with declared types and typmods; `keys`, `keyed`, `keysql`: keys, indexes and defaults in `pg_index`, `pg_constraint`, `pg_attrdef`, and the rewrites of the queries that read them |
 //! | `encode`, `floats`, `errors` | rows (floats in PostgreSQL's text), command tags, errors and warnings on the wire |
 //!
 //! [`SqlSession`]: tierdb_tables::sql::SqlSession
@@ -42,6 +42,9 @@ mod errors;
 mod extended;
 mod floats;
 pub mod fuzzing;
+mod keyed;
+mod keys;
+mod keysql;
 mod parse;
 mod pgcatalog;
 mod psqlfns;

@@ -115,7 +115,12 @@ fn parse_unrepaired(
     parser: &PostgresCompatibilityParser,
     sql: &str,
 ) -> PgWireResult<Vec<Statement>> {
-    if let Ok(mut statements) = parser.parse(sql) {
+    let parsed = match sql.contains("pg_attrdef") {
+        true => crate::keysql::parse_keeping_default_lookups(parser, sql).ok_or(()),
+        false => Err(()),
+    }
+    .or_else(|()| parser.parse(sql));
+    if let Ok(mut statements) = parsed {
         if sql.contains("pg_") {
             for s in &mut statements {
                 crate::systemcols::rewrite(s);

@@ -31,6 +31,9 @@
 //!    its `pg_class` does not list (pg_dump: "parent table with OID 12000 of pg_rewrite
 //!    entry with OID 12003 not found"); tierdb has no rules.
 //! 7. `pg_settings` lists the settings `current_setting` answers (`catalogfns.rs`).
+//! 8. `pg_index`, `pg_constraint` and `pg_attrdef` hold the keys, indexes and defaults of
+//!    tierdb's tables, and `pg_class` their indexes (`keys.rs`, `keyed.rs`), in place of
+//!    datafusion-pg-catalog's rows, which describe the system catalogs of another server.
 
 use std::sync::Arc;
 
@@ -144,6 +147,21 @@ impl SchemaProvider for Owned {
         {
             return Ok(Some(crate::sizes::sizes(class, tables).await?));
         }
+        if let Some(tables) = &self.tables {
+            if name == crate::keys::DEFINITIONS {
+                let defs = tables
+                    .tables()
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                let keys = crate::keys::Keys::of(&defs);
+                return Ok(Some(crate::keys::definitions(&keys)?));
+            }
+            if let Some(t) =
+                crate::keyed::KeyedTable::new(name, self.inner.clone(), tables.clone()).await?
+            {
+                return Ok(Some(Arc::new(t)));
+            }
+        }
         if let Some((_, columns)) = ADDED_TABLES.iter().find(|(t, _)| *t == name) {
             let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
                 columns
@@ -196,7 +214,9 @@ impl SchemaProvider for Owned {
 
     fn table_exist(&self, name: &str) -> bool {
         ADDED_TABLES.iter().any(|(t, _)| *t == name)
-            || ((name == crate::declared::VIEW_DEFINITIONS || name == crate::sizes::SIZES)
+            || ((name == crate::declared::VIEW_DEFINITIONS
+                || name == crate::sizes::SIZES
+                || name == crate::keys::DEFINITIONS)
                 && self.tables.is_some())
             || self.inner.table_exist(name)
     }
@@ -258,7 +278,7 @@ fn patches(table: &str) -> &'static [(&'static str, Patch)] {
 }
 
 /// Rule 2: `table` with its [`patches`].
-fn patched(name: &str, table: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
+pub(crate) fn patched(name: &str, table: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
     let patches = patches(name);
     if patches.is_empty() {
         return Ok(table);

@@ -1,0 +1,124 @@
+//! Rule 8 of `pgcatalog.rs`: `pg_class`, `pg_index`, `pg_constraint` and `pg_attrdef` with
+//! the keys, indexes and defaults of tierdb's tables (`keys.rs`), as tables whose rows are
+//! built when a query scans them, not when it names them.
+//!
+//! Why lazily: the rows need each table's `pg_class` oid, so building them scans
+//! datafusion-pg-catalog's `pg_class`; that scan asks every catalog table for its schema,
+//! these among them. Built when named, each would scan `pg_class` again, without end.
+//! Asked only for its schema, a [`KeyedTable`] answers at once.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{SchemaProvider, Session, TableProvider};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::TableType;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use tierdb_tables::tables::Tables;
+
+use crate::keys::{self, Keys, Relations};
+
+/// The catalog tables of rule 8.
+pub(crate) const KEYED_TABLES: [&str; 4] = ["pg_class", "pg_index", "pg_constraint", "pg_attrdef"];
+
+/// One of [`KEYED_TABLES`].
+#[derive(Debug)]
+pub(crate) struct KeyedTable {
+    name: &'static str,
+    schema: SchemaRef,
+    table_type: TableType,
+    /// datafusion-pg-catalog's `pg_catalog`.
+    inner: Arc<dyn SchemaProvider>,
+    tables: Arc<Tables>,
+}
+
+impl KeyedTable {
+    /// `name` (one of [`KEYED_TABLES`]); `None` if datafusion-pg-catalog lacks it.
+    pub(crate) async fn new(
+        name: &str,
+        inner: Arc<dyn SchemaProvider>,
+        tables: Arc<Tables>,
+    ) -> Result<Option<Self>> {
+        let Some(name) = KEYED_TABLES.iter().copied().find(|t| *t == name) else {
+            return Ok(None);
+        };
+        let Some(table) = inner.table(name).await? else {
+            return Ok(None);
+        };
+        let (schema, table_type) = match name {
+            // pg_class is patched (rule 2): a view with the patch's columns.
+            "pg_class" => (
+                crate::pgcatalog::patched(name, table)?.schema(),
+                TableType::View,
+            ),
+            "pg_constraint" => (keys::constraint_schema(&table.schema()), table.table_type()),
+            _ => (table.schema(), table.table_type()),
+        };
+        Ok(Some(Self {
+            name,
+            schema,
+            table_type,
+            inner,
+            tables,
+        }))
+    }
+
+    /// The table with its rows.
+    async fn build(&self) -> Result<Arc<dyn TableProvider>> {
+        let defs = self
+            .tables
+            .tables()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let keys = Keys::of(&defs);
+        let missing = || DataFusionError::Plan(format!("pg_catalog.{} is missing", self.name));
+        let table = self.inner.table(self.name).await?.ok_or_else(missing)?;
+        let relations = match keys == Keys::default() {
+            true => Relations::new(),
+            false => {
+                let class = self.inner.table("pg_class").await?.ok_or_else(missing)?;
+                let namespace = self
+                    .inner
+                    .table("pg_namespace")
+                    .await?
+                    .ok_or_else(missing)?;
+                keys::public_relations(class, namespace).await?
+            }
+        };
+        let schema = table.schema();
+        Ok(match self.name {
+            "pg_class" => {
+                crate::pgcatalog::patched(self.name, keys::with_indexes(table, &keys, &relations)?)?
+            }
+            "pg_index" => keys::pg_index(&schema, &keys, &relations)?,
+            "pg_constraint" => keys::pg_constraint(&schema, &keys, &relations)?,
+            _ => keys::pg_attrdef(&schema, &keys, &relations)?,
+        })
+    }
+}
+
+#[async_trait]
+impl TableProvider for KeyedTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        self.table_type
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.build()
+            .await?
+            .scan(state, projection, filters, limit)
+            .await
+    }
+}

@@ -1,0 +1,662 @@
+//! The keys, indexes and column defaults of row tables in `pg_catalog`: `pg_index`,
+//! `pg_constraint`, `pg_attrdef`, an index's row in `pg_class`, and what
+//! `pg_get_indexdef`, `pg_get_constraintdef` and `pg_get_expr` answer about them.
+//!
+//! psql's `\d` lists a table's indexes only when `pg_class.relhasindex` says it has some,
+//! and its defaults from `pg_attrdef`; pg_dump writes `ADD CONSTRAINT … PRIMARY KEY` and
+//! `CREATE INDEX` from `pg_index`, `pg_constraint` and the two definition functions;
+//! pgjdbc's `getPrimaryKeys`, `getIndexInfo` and `getBestRowIdentifier` join `pg_index`
+//! with `pg_class`. datafusion-pg-catalog's tables of these are those of the PostgreSQL it
+//! was exported from (system catalogs' indexes, whose tables its `pg_class` does not list),
+//! so they are replaced here by tierdb's own.
+//!
+//! Rules:
+//!
+//! 1. A row table's PRIMARY KEY is an index named `<table>_pkey` (PostgreSQL's default
+//!    name) with a constraint of that name (`contype` `p`); each `CREATE [UNIQUE] INDEX`
+//!    is an index without a constraint, as in PostgreSQL. Every index is `btree`.
+//! 2. Oids are fixed by tierdb's catalog ids, never by the order of a listing: a primary
+//!    key's index is [`INDEX_OID_BASE`] + its table's id, another index
+//!    [`INDEX_OID_BASE`] + its own id (tables and indexes draw ids from one counter, so
+//!    these never collide), a primary key constraint [`CONSTRAINT_OID_BASE`] + its
+//!    table's id, a default [`DEFAULT_OID_BASE`] + table id × 1,600 (PostgreSQL's column
+//!    limit) + column number. datafusion-pg-catalog numbers tables and schemas from 16,384
+//!    up, far below. An object whose oid would not fit an int4 is left out.
+//! 3. A table's oid and schema are its `pg_class` row's, found by name in `public` when a
+//!    query names the catalog table ([`public_relations`]), so they agree with `pg_class`.
+//! 4. `indkey` and `indoption` are `int2vector` text (`1 2`), as pg_dump parses them;
+//!    `conkey` and `confkey` are `int2[]` (pgjdbc subscripts them).
+//! 5. `pg_attrdef.adbin` holds the default's SQL text, and `pg_get_expr(adbin, rel)`
+//!    answers it as given (no node trees are kept).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{MemTable, TableProvider, view::ViewTable};
+use datafusion::common::{Column, Result, ScalarValue};
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::{Expr, JoinType, LogicalPlanBuilder, cast, col, lit};
+use tierdb_tables::catalog::TableDef;
+
+/// Rule 2.
+pub(crate) const INDEX_OID_BASE: i64 = 1_000_000_000;
+/// Rule 2.
+pub(crate) const CONSTRAINT_OID_BASE: i64 = 1_400_000_000;
+/// Rule 2.
+pub(crate) const DEFAULT_OID_BASE: i64 = 1_800_000_000;
+
+/// PostgreSQL's btree access method (`pg_am`).
+const BTREE_OID: i32 = 403;
+
+/// The lookup `pg_get_indexdef` and `pg_get_constraintdef` become (`catalogsql.rs`).
+pub(crate) const DEFINITIONS: &str = "tierdb_definitions";
+
+/// An index (rule 1).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct IndexEntry {
+    pub oid: i32,
+    pub name: String,
+    pub table: String,
+    /// The indexed columns' names and numbers (from 1, as `pg_attribute.attnum`).
+    pub columns: Vec<(String, i16)>,
+    pub unique: bool,
+    pub primary: bool,
+}
+
+/// A constraint (rule 1: primary keys).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ConstraintEntry {
+    pub oid: i32,
+    pub name: String,
+    pub table: String,
+    pub index_oid: i32,
+    pub columns: Vec<(String, i16)>,
+}
+
+/// A column DEFAULT.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DefaultEntry {
+    pub oid: i32,
+    pub table: String,
+    pub column: i16,
+    pub sql: String,
+}
+
+/// What `pg_catalog` says of the keys, indexes and defaults of a database's tables.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Keys {
+    pub indexes: Vec<IndexEntry>,
+    pub constraints: Vec<ConstraintEntry>,
+    pub defaults: Vec<DefaultEntry>,
+}
+
+fn oid(base: i64, offset: u64) -> Option<i32> {
+    i32::try_from(base.checked_add(i64::try_from(offset).ok()?)?).ok()
+}
+
+impl Keys {
+    pub(crate) fn of(defs: &[TableDef]) -> Self {
+        let mut keys = Keys::default();
+        for def in defs {
+            let attnum = |name: &str| -> Option<i16> {
+                let i = def.columns.iter().position(|c| c.name == name)?;
+                i16::try_from(i + 1).ok()
+            };
+            let numbered = |names: &[String]| -> Option<Vec<(String, i16)>> {
+                names
+                    .iter()
+                    .map(|n| Some((n.clone(), attnum(n)?)))
+                    .collect()
+            };
+            if !def.primary_key.is_empty()
+                && let (Some(index_oid), Some(con_oid), Some(columns)) = (
+                    oid(INDEX_OID_BASE, def.id),
+                    oid(CONSTRAINT_OID_BASE, def.id),
+                    numbered(&def.primary_key),
+                )
+            {
+                let name = format!("{}_pkey", def.name);
+                keys.indexes.push(IndexEntry {
+                    oid: index_oid,
+                    name: name.clone(),
+                    table: def.name.clone(),
+                    columns: columns.clone(),
+                    unique: true,
+                    primary: true,
+                });
+                keys.constraints.push(ConstraintEntry {
+                    oid: con_oid,
+                    name,
+                    table: def.name.clone(),
+                    index_oid,
+                    columns,
+                });
+            }
+            for index in &def.indexes {
+                if let (Some(index_oid), Some(columns)) =
+                    (oid(INDEX_OID_BASE, index.id), numbered(&index.columns))
+                {
+                    keys.indexes.push(IndexEntry {
+                        oid: index_oid,
+                        name: index.name.clone(),
+                        table: def.name.clone(),
+                        columns,
+                        unique: index.unique,
+                        primary: false,
+                    });
+                }
+            }
+            for (column, sql) in &def.defaults {
+                if let Some(n) = attnum(column)
+                    && let Some(base) = def.id.checked_mul(1_600)
+                    && let Some(o) = oid(DEFAULT_OID_BASE, base + u64::from(n.unsigned_abs()))
+                {
+                    keys.defaults.push(DefaultEntry {
+                        oid: o,
+                        table: def.name.clone(),
+                        column: n,
+                        sql: sql.clone(),
+                    });
+                }
+            }
+        }
+        keys
+    }
+
+    /// The tables that have an index (`pg_class.relhasindex`).
+    pub(crate) fn indexed_tables(&self) -> Vec<String> {
+        let mut t: Vec<String> = self.indexes.iter().map(|i| i.table.clone()).collect();
+        t.sort();
+        t.dedup();
+        t
+    }
+
+    /// `(oid, n, definition)`: each index's `pg_get_indexdef(oid)` (n = 0) and the name of
+    /// its n-th column (`pg_get_indexdef(oid, n, pretty)`), each constraint's
+    /// `pg_get_constraintdef(oid)` (n = 0).
+    pub(crate) fn definitions(&self) -> Vec<(i32, i32, String)> {
+        let mut out = Vec::new();
+        for i in &self.indexes {
+            let names: Vec<String> = i.columns.iter().map(|(c, _)| quote_ident(c)).collect();
+            out.push((
+                i.oid,
+                0,
+                format!(
+                    "CREATE {}INDEX {} ON public.{} USING btree ({})",
+                    if i.unique { "UNIQUE " } else { "" },
+                    quote_ident(&i.name),
+                    quote_ident(&i.table),
+                    names.join(", ")
+                ),
+            ));
+            for (n, name) in (1..).zip(names) {
+                out.push((i.oid, n, name));
+            }
+        }
+        for c in &self.constraints {
+            let names: Vec<String> = c.columns.iter().map(|(c, _)| quote_ident(c)).collect();
+            out.push((c.oid, 0, format!("PRIMARY KEY ({})", names.join(", "))));
+        }
+        out
+    }
+}
+
+/// `name` as PostgreSQL's `quote_ident` writes it: bare when it is a lower-case identifier
+/// that is not a reserved word, else in double quotes.
+pub(crate) fn quote_ident(name: &str) -> String {
+    // PostgreSQL's reserved key words (those that cannot be a column name unquoted).
+    const RESERVED: [&str; 77] = [
+        "all",
+        "analyse",
+        "analyze",
+        "and",
+        "any",
+        "array",
+        "as",
+        "asc",
+        "asymmetric",
+        "both",
+        "case",
+        "cast",
+        "check",
+        "collate",
+        "column",
+        "constraint",
+        "create",
+        "current_catalog",
+        "current_date",
+        "current_role",
+        "current_time",
+        "current_timestamp",
+        "current_user",
+        "default",
+        "deferrable",
+        "desc",
+        "distinct",
+        "do",
+        "else",
+        "end",
+        "except",
+        "false",
+        "fetch",
+        "for",
+        "foreign",
+        "from",
+        "grant",
+        "group",
+        "having",
+        "in",
+        "initially",
+        "intersect",
+        "into",
+        "lateral",
+        "leading",
+        "limit",
+        "localtime",
+        "localtimestamp",
+        "not",
+        "null",
+        "offset",
+        "on",
+        "only",
+        "or",
+        "order",
+        "placing",
+        "primary",
+        "references",
+        "returning",
+        "select",
+        "session_user",
+        "some",
+        "symmetric",
+        "table",
+        "then",
+        "to",
+        "trailing",
+        "true",
+        "union",
+        "unique",
+        "user",
+        "using",
+        "variadic",
+        "when",
+        "where",
+        "window",
+        "with",
+    ];
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '$')
+        && !RESERVED.contains(&name);
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+/// `int2vector` text: `1 2`.
+fn int2vector(values: impl IntoIterator<Item = i16>) -> String {
+    values
+        .into_iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn int2_array(values: &[(String, i16)]) -> ScalarValue {
+    ScalarValue::List(ScalarValue::new_list_nullable(
+        &values
+            .iter()
+            .map(|(_, n)| ScalarValue::Int16(Some(*n)))
+            .collect::<Vec<_>>(),
+        &DataType::Int16,
+    ))
+}
+
+/// A row of a catalog table: its table (rule 3) and the values of the columns it sets.
+type Row = (String, Vec<(&'static str, ScalarValue)>);
+
+/// The tables of `public` by name: their `pg_class` oid and schema oid (rule 3).
+pub(crate) type Relations = HashMap<String, (i32, i32)>;
+
+/// [`Relations`] as `class` (`pg_class`) and `namespace` (`pg_namespace`) list them now.
+/// Read once per catalog table a query names, so every row built from it agrees with the
+/// `pg_class` of that query (datafusion-pg-catalog keeps a relation's oid while it exists).
+pub(crate) async fn public_relations(
+    class: Arc<dyn TableProvider>,
+    namespace: Arc<dyn TableProvider>,
+) -> Result<Relations> {
+    use datafusion::arrow::array::AsArray;
+    let ctx = datafusion::prelude::SessionContext::new();
+    let n = ctx
+        .read_table(namespace)?
+        .filter(col("nspname").eq(lit(tierdb_tables::sql::SCHEMA)))?
+        .select(vec![col("oid").alias("kn_oid")])?;
+    let batches = ctx
+        .read_table(class)?
+        .filter(col("relkind").eq(lit("r")))?
+        .join(n, JoinType::Inner, &["relnamespace"], &["kn_oid"], None)?
+        .select(vec![
+            cast(col("oid"), DataType::Int32).alias("oid"),
+            cast(col("relname"), DataType::Utf8).alias("relname"),
+            cast(col("relnamespace"), DataType::Int32).alias("relnamespace"),
+        ])?
+        .collect()
+        .await?;
+    let mut out = Relations::new();
+    for b in &batches {
+        let oids = b
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+        let names = b.column(1).as_string::<i32>();
+        let spaces = b
+            .column(2)
+            .as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+        for r in 0..b.num_rows() {
+            out.insert(names.value(r).to_string(), (oids.value(r), spaces.value(r)));
+        }
+    }
+    Ok(out)
+}
+
+/// What a column of `filled` takes from its row's table (rule 3).
+#[derive(Clone, Copy)]
+enum FromTable {
+    Oid,
+    Namespace,
+}
+
+/// A table of `schema`'s columns holding `rows`, each value cast to its column's type, the
+/// columns of `filled` taken from the row's table in `relations`; a column a row does not
+/// set is NULL, or zero, false or empty where NULL is not allowed. A row whose table is not
+/// in `relations` is left out.
+fn stored(
+    schema: &SchemaRef,
+    rows: &[Row],
+    filled: &[(&'static str, FromTable)],
+    relations: &Relations,
+) -> Result<Arc<dyn TableProvider>> {
+    let rows: Vec<Vec<(&'static str, ScalarValue)>> = rows
+        .iter()
+        .filter_map(|(table, values)| {
+            let (oid, namespace) = relations.get(table)?;
+            let mut values = values.clone();
+            for (c, from) in filled {
+                values.push((
+                    c,
+                    ScalarValue::Int32(Some(match from {
+                        FromTable::Oid => *oid,
+                        FromTable::Namespace => *namespace,
+                    })),
+                ));
+            }
+            Some(values)
+        })
+        .collect();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for f in schema.fields() {
+        let values = rows
+            .iter()
+            .map(|values| {
+                let v = values
+                    .iter()
+                    .find(|(c, _)| *c == f.name())
+                    .map(|(_, v)| v.clone());
+                match v {
+                    Some(v) if v.data_type() == *f.data_type() => Ok(v),
+                    Some(v) => v.cast_to(f.data_type()),
+                    None if f.is_nullable() => ScalarValue::try_from(f.data_type()),
+                    None => zero(f.data_type()),
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        columns.push(if values.is_empty() {
+            new_null_array(f.data_type(), 0)
+        } else {
+            ScalarValue::iter_to_array(values)?
+        });
+    }
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Arc::new(MemTable::try_new(
+        schema.clone(),
+        vec![vec![batch]],
+    )?))
+}
+
+fn zero(ty: &DataType) -> Result<ScalarValue> {
+    Ok(match ty {
+        DataType::Boolean => ScalarValue::Boolean(Some(false)),
+        DataType::Utf8 => ScalarValue::Utf8(Some(String::new())),
+        DataType::Float64 => ScalarValue::Float64(Some(0.0)),
+        DataType::Float32 => ScalarValue::Float32(Some(0.0)),
+        other => ScalarValue::Int64(Some(0)).cast_to(other)?,
+    })
+}
+
+/// `pg_index` (in `schema`, datafusion-pg-catalog's columns) with the indexes of `keys`.
+pub(crate) fn pg_index(
+    schema: &SchemaRef,
+    keys: &Keys,
+    relations: &Relations,
+) -> Result<Arc<dyn TableProvider>> {
+    let rows: Vec<Row> = keys
+        .indexes
+        .iter()
+        .map(|i| {
+            let n = i16::try_from(i.columns.len()).unwrap_or(i16::MAX);
+            let zeros = || int2vector(i.columns.iter().map(|_| 0));
+            let t = |b: bool| ScalarValue::Boolean(Some(b));
+            let s = |v: String| ScalarValue::Utf8(Some(v));
+            (
+                i.table.clone(),
+                vec![
+                    ("indexrelid", ScalarValue::Int32(Some(i.oid))),
+                    ("indnatts", ScalarValue::Int16(Some(n))),
+                    ("indnkeyatts", ScalarValue::Int16(Some(n))),
+                    ("indisunique", t(i.unique)),
+                    ("indnullsnotdistinct", t(false)),
+                    ("indisprimary", t(i.primary)),
+                    ("indisexclusion", t(false)),
+                    ("indimmediate", t(true)),
+                    ("indisclustered", t(false)),
+                    ("indisvalid", t(true)),
+                    ("indcheckxmin", t(false)),
+                    ("indisready", t(true)),
+                    ("indislive", t(true)),
+                    ("indisreplident", t(false)),
+                    ("indkey", s(int2vector(i.columns.iter().map(|(_, n)| *n)))),
+                    ("indcollation", s(zeros())),
+                    // The default btree operator class of each column's type is not
+                    // recorded; 0 names none (pg_dump reads indclass only for its
+                    // non-default classes, which it finds by joining pg_opclass).
+                    ("indclass", s(zeros())),
+                    ("indoption", s(zeros())),
+                ],
+            )
+        })
+        .collect();
+    stored(schema, &rows, &[("indrelid", FromTable::Oid)], relations)
+}
+
+/// `pg_constraint`'s columns: datafusion-pg-catalog's, with `conkey` and `confkey` as
+/// `int2[]` (rule 4).
+pub(crate) fn constraint_schema(schema: &SchemaRef) -> SchemaRef {
+    let int2_array = DataType::List(Arc::new(Field::new_list_field(DataType::Int16, true)));
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| match f.name().as_str() {
+                "conkey" | "confkey" => Field::new(f.name(), int2_array.clone(), true),
+                _ => f.as_ref().clone(),
+            })
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// `pg_constraint` with the constraints of `keys`.
+pub(crate) fn pg_constraint(
+    schema: &SchemaRef,
+    keys: &Keys,
+    relations: &Relations,
+) -> Result<Arc<dyn TableProvider>> {
+    let schema = constraint_schema(schema);
+    let rows: Vec<Row> = keys
+        .constraints
+        .iter()
+        .map(|c| {
+            let t = |b: bool| ScalarValue::Boolean(Some(b));
+            let s = |v: &str| ScalarValue::Utf8(Some(v.to_string()));
+            (
+                c.table.clone(),
+                vec![
+                    ("oid", ScalarValue::Int32(Some(c.oid))),
+                    ("conname", s(&c.name)),
+                    ("contype", s("p")),
+                    ("condeferrable", t(false)),
+                    ("condeferred", t(false)),
+                    ("convalidated", t(true)),
+                    ("conindid", ScalarValue::Int32(Some(c.index_oid))),
+                    ("confupdtype", s(" ")),
+                    ("confdeltype", s(" ")),
+                    ("confmatchtype", s(" ")),
+                    ("conislocal", t(true)),
+                    ("connoinherit", t(true)),
+                    ("conkey", int2_array(&c.columns)),
+                ],
+            )
+        })
+        .collect();
+    stored(
+        &schema,
+        &rows,
+        &[
+            ("conrelid", FromTable::Oid),
+            ("connamespace", FromTable::Namespace),
+        ],
+        relations,
+    )
+}
+
+/// `pg_attrdef` with the defaults of `keys`.
+pub(crate) fn pg_attrdef(
+    schema: &SchemaRef,
+    keys: &Keys,
+    relations: &Relations,
+) -> Result<Arc<dyn TableProvider>> {
+    let rows: Vec<Row> = keys
+        .defaults
+        .iter()
+        .map(|d| {
+            (
+                d.table.clone(),
+                vec![
+                    ("oid", ScalarValue::Int32(Some(d.oid))),
+                    ("adnum", ScalarValue::Int16(Some(d.column))),
+                    ("adbin", ScalarValue::Utf8(Some(d.sql.clone()))),
+                ],
+            )
+        })
+        .collect();
+    stored(schema, &rows, &[("adrelid", FromTable::Oid)], relations)
+}
+
+/// `class` (`pg_class`) with a row per index of `keys` (`relkind` `i`, in its table's
+/// schema) and `relhasindex` true for the tables that have one.
+pub(crate) fn with_indexes(
+    class: Arc<dyn TableProvider>,
+    keys: &Keys,
+    relations: &Relations,
+) -> Result<Arc<dyn TableProvider>> {
+    if keys.indexes.is_empty() {
+        return Ok(class);
+    }
+    let schema = class.schema();
+    let rows: Vec<Row> = keys
+        .indexes
+        .iter()
+        .map(|i| {
+            let n = i16::try_from(i.columns.len()).unwrap_or(i16::MAX);
+            let s = |v: &str| ScalarValue::Utf8(Some(v.to_string()));
+            (
+                i.table.clone(),
+                vec![
+                    ("oid", ScalarValue::Int32(Some(i.oid))),
+                    ("relname", s(&i.name)),
+                    ("relam", ScalarValue::Int32(Some(BTREE_OID))),
+                    ("relfilenode", ScalarValue::Int32(Some(i.oid))),
+                    ("relpages", ScalarValue::Int32(Some(1))),
+                    ("relpersistence", s("p")),
+                    ("relkind", s("i")),
+                    ("relnatts", ScalarValue::Int16(Some(n))),
+                    ("relispopulated", ScalarValue::Boolean(Some(true))),
+                    ("relreplident", s("n")),
+                ],
+            )
+        })
+        .collect();
+    let added = stored(
+        &schema,
+        &rows,
+        &[("relnamespace", FromTable::Namespace)],
+        relations,
+    )?;
+    let indexed: Vec<Expr> = keys.indexed_tables().into_iter().map(lit).collect();
+    let projection: Vec<Expr> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.name().as_str() {
+            "relhasindex" => (col("relhasindex").or(col("relkind")
+                .eq(lit("r"))
+                .and(col("relname").in_list(indexed.clone(), false))))
+            .alias("relhasindex"),
+            name => col(Column::from_name(name)).alias(name),
+        })
+        .collect();
+    let plan = LogicalPlanBuilder::scan("pg_class", provider_as_source(class), None)?
+        .project(projection)?
+        .union(
+            LogicalPlanBuilder::scan("pg_class_indexes", provider_as_source(added), None)?
+                .build()?,
+        )?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// `tierdb_definitions(tierdb_def_oid, tierdb_def_n, tierdb_definition)`
+/// ([`Keys::definitions`]; the column names are unlike any a catalog query uses, so the
+/// lookups of `keysql.rs` can name the outer query's columns unqualified).
+pub(crate) fn definitions(keys: &Keys) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::arrow::array::{Int32Array, StringArray};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("tierdb_def_oid", DataType::Int32, false),
+        Field::new("tierdb_def_n", DataType::Int32, false),
+        Field::new("tierdb_definition", DataType::Utf8, false),
+    ]));
+    let rows = keys.definitions();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int32Array::from(
+                rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int32Array::from(
+                rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.2.as_str()).collect::<Vec<_>>(),
+            )),
+        ],
+    )?;
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+}
+
+#[cfg(test)]
+mod tests;
