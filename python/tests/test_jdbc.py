@@ -28,15 +28,11 @@ BIN = os.environ.get("TIERDB_BIN", os.path.join(TARGET, "debug", "tierdb"))
 JAR = os.environ.get("TIERDB_PGJDBC", os.path.expanduser(
     "~/.m2/repository/org/postgresql/postgresql/42.7.4/postgresql-42.7.4.jar"))
 
-# What tierdb answers otherwise than PostgreSQL, and why. A row table's PRIMARY KEY and
-# indexes are not in pg_class, pg_index or pg_constraint yet.
+# What tierdb answers otherwise than PostgreSQL, and why. (A row table's PRIMARY KEY and
+# indexes are in pg_class, pg_index and pg_constraint: getTables, getPrimaryKeys,
+# getIndexInfo, getBestRowIdentifier, getImportedKeys and getExportedKeys answer as on
+# PostgreSQL.)
 GAPS = {
-    "getTables": "indexes are not listed in pg_class",
-    "getPrimaryKeys": "pg_index is empty (and _pg_expandarray is missing)",
-    "getIndexInfo": "pg_index is empty (and _pg_expandarray is missing)",
-    "getBestRowIdentifier": "pg_index is empty (and _pg_expandarray is missing)",
-    "getImportedKeys": "pg_constraint is empty; its conkey is not an array",
-    "getExportedKeys": "pg_constraint is empty; its conkey is not an array",
     "getUDTs": "a table's composite type is not in pg_type",
 }
 # Counted, not listed, by MetaCheck: PostgreSQL has more types and schemas; both must answer.

@@ -54,6 +54,7 @@ impl KeyedTable {
                 TableType::View,
             ),
             "pg_constraint" => (keys::constraint_schema(&table.schema()), table.table_type()),
+            "pg_index" => (keys::index_schema(&table.schema()), table.table_type()),
             _ => (table.schema(), table.table_type()),
         };
         Ok(Some(Self {

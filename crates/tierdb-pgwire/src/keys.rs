@@ -24,8 +24,9 @@
 //!    up, far below. An object whose oid would not fit an int4 is left out.
 //! 3. A table's oid and schema are its `pg_class` row's, found by name in `public` when a
 //!    query names the catalog table ([`public_relations`]), so they agree with `pg_class`.
-//! 4. `indkey` and `indoption` are `int2vector` text (`1 2`), as pg_dump parses them;
-//!    `conkey` and `confkey` are `int2[]` (pgjdbc subscripts them).
+//! 4. `indkey` is `int2vector` text (`1 2`), as pg_dump parses it; `indoption`, `conkey`
+//!    and `confkey` are `int2[]` (pgjdbc subscripts them; `indoption` is all zeros: every
+//!    column ascending, NULLs last, so its subscripts from 0 or 1 read alike).
 //! 5. `pg_attrdef.adbin` holds the default's SQL text, and `pg_get_expr(adbin, rel)`
 //!    answers it as given (no node trees are kept).
 
@@ -477,28 +478,51 @@ pub(crate) fn pg_index(
                     // recorded; 0 names none (pg_dump reads indclass only for its
                     // non-default classes, which it finds by joining pg_opclass).
                     ("indclass", s(zeros())),
-                    ("indoption", s(zeros())),
+                    (
+                        "indoption",
+                        int2_array(
+                            &i.columns
+                                .iter()
+                                .map(|(c, _)| (c.clone(), 0))
+                                .collect::<Vec<_>>(),
+                        ),
+                    ),
                 ],
             )
         })
         .collect();
-    stored(schema, &rows, &[("indrelid", FromTable::Oid)], relations)
+    stored(
+        &index_schema(schema),
+        &rows,
+        &[("indrelid", FromTable::Oid)],
+        relations,
+    )
 }
 
-/// `pg_constraint`'s columns: datafusion-pg-catalog's, with `conkey` and `confkey` as
-/// `int2[]` (rule 4).
-pub(crate) fn constraint_schema(schema: &SchemaRef) -> SchemaRef {
+/// `schema` with `columns` as `int2[]`.
+fn with_int2_arrays(schema: &SchemaRef, columns: &[&str]) -> SchemaRef {
     let int2_array = DataType::List(Arc::new(Field::new_list_field(DataType::Int16, true)));
     Arc::new(Schema::new(
         schema
             .fields()
             .iter()
-            .map(|f| match f.name().as_str() {
-                "conkey" | "confkey" => Field::new(f.name(), int2_array.clone(), true),
-                _ => f.as_ref().clone(),
+            .map(|f| match columns.contains(&f.name().as_str()) {
+                true => Field::new(f.name(), int2_array.clone(), true),
+                false => f.as_ref().clone(),
             })
             .collect::<Vec<_>>(),
     ))
+}
+
+/// `pg_constraint`'s columns: datafusion-pg-catalog's, with `conkey` and `confkey` as
+/// `int2[]` (rule 4).
+pub(crate) fn constraint_schema(schema: &SchemaRef) -> SchemaRef {
+    with_int2_arrays(schema, &["conkey", "confkey"])
+}
+
+/// `pg_index`'s columns: datafusion-pg-catalog's, with `indoption` as `int2[]` (rule 4).
+pub(crate) fn index_schema(schema: &SchemaRef) -> SchemaRef {
+    with_int2_arrays(schema, &["indoption"])
 }
 
 /// `pg_constraint` with the constraints of `keys`.

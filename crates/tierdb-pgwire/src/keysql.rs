@@ -223,13 +223,24 @@ fn reads(q: &Query, table: &str) -> bool {
     .is_break()
 }
 
-/// Rule 4.
+/// Rule 4; and a field of a composite value, `(e).f`, which DataFusion's planner takes
+/// only after a column name, becomes `get_field(e, 'f')`.
 fn expandarray_calls(stmt: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::AccessExpr;
     let _ = visit_expressions_mut(stmt, |e| {
         if let Expr::Function(f) = e
             && last_name(&f.name).as_deref() == Some("_pg_expandarray")
             && let Some([a]) = plain_args(&f.args).as_deref()
             && let Some(call) = expr(&format!("unnest({EXPANDARRAY}({a}))"))
+        {
+            *e = call;
+        } else if let Expr::CompoundFieldAccess { root, access_chain } = e
+            && let Expr::Nested(value) = root.as_ref()
+            && let [AccessExpr::Dot(Expr::Identifier(field))] = access_chain.as_slice()
+            && let Some(call) = expr(&format!(
+                "get_field({value}, '{}')",
+                field.value.to_lowercase().replace('\'', "''")
+            ))
         {
             *e = call;
         }
@@ -352,8 +363,10 @@ mod tests {
     fn expandarray_becomes_an_unnest() {
         let text = rewritten(
             "SELECT (information_schema._pg_expandarray(i.indkey)).n AS key_seq, \
-             information_schema._pg_expandarray(i.indkey) AS keys FROM pg_index i",
+             information_schema._pg_expandarray(i.indkey) AS keys FROM pg_index i \
+             WHERE a.attnum = (i.keys).x",
         );
+        assert!(text.contains("a.attnum = get_field(i.keys, 'x')"), "{text}");
         assert!(
             text.contains("(unnest(tierdb_expandarray(i.indkey))).n"),
             "{text}"
