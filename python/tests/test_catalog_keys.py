@@ -1,0 +1,163 @@
+"""A row table's PRIMARY KEY, indexes and column DEFAULTs as tools read them from
+pg_catalog, against PostgreSQL 15 as the oracle: the same tables are made on both
+servers, then psql's `\\d` (columns, defaults, the "Indexes:" list) and `\\di` must print
+the same, and pg_dump 15 must write the same key and index statements. A dump of tierdb
+restored with psql into a fresh tierdb database gives back the same tables: the rows,
+row tables again (a duplicate key is refused with 23505), their indexes.
+
+Needs `tierdb` (TIERDB_BIN), psql, pg_dump and PostgreSQL 15 (scripts/postgres.sh)."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from sqlcheck import engines  # noqa: E402
+
+psycopg = pytest.importorskip("psycopg")
+
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/tierdb/target"))
+BIN = os.environ.get("TIERDB_BIN", os.path.join(TARGET, "debug", "tierdb"))
+PG_DUMP = shutil.which("pg_dump") or "/usr/lib/postgresql/15/bin/pg_dump"
+
+# One statement each (DDL commits at once in tierdb); the same on both servers.
+SETUP = [
+    "CREATE TABLE acct (id INT PRIMARY KEY, owner VARCHAR(20) NOT NULL, bal NUMERIC(10,2), "
+    "tier INT DEFAULT 3)",
+    "INSERT INTO acct (id, owner, bal) VALUES (1, 'ann', 1.50), (2, 'bob', 2.25), (3, 'cy', NULL)",
+    "CREATE INDEX acct_owner ON acct (owner)",
+    "CREATE UNIQUE INDEX acct_owner_bal ON acct (owner, bal)",
+    'CREATE TABLE "Pair" (a INT, "B" TEXT, c INT NOT NULL, PRIMARY KEY (a, "B"))',
+    "INSERT INTO \"Pair\" VALUES (1, 'x', 10), (1, 'y', 20)",
+    "CREATE TABLE plain (n BIGINT, s TEXT)",
+    "INSERT INTO plain VALUES (1, 'one')",
+]
+
+
+@pytest.fixture(scope="module")
+def servers():
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed")
+    with engines.postgres() as pg_port, engines.tierdb(BIN) as t_port:
+        made = {}
+        for name, port, dsn, user, password in [
+            ("postgres", pg_port, engines.pg_dsn(pg_port), "postgres", ""),
+            ("tierdb", t_port, engines.tierdb_dsn(t_port), "tierdb", engines.PASSWORD),
+        ]:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                for sql in SETUP:
+                    c.execute(sql)
+            made[name] = (port, user, password, "postgres" if name == "postgres" else "tierdb")
+        yield made
+
+
+def psql(server, *commands):
+    port, user, password, db = server
+    args = ["psql", "-X", "-h", "127.0.0.1", "-p", str(port), "-U", user, db]
+    for c in commands:
+        args += ["-c", c]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PGPASSWORD=password))
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def dump(server):
+    port, user, password, db = server
+    p = subprocess.run([PG_DUMP, "-h", "127.0.0.1", "-p", str(port), "-U", user, db],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PGPASSWORD=password))
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def key_statements(text):
+    """The statements of a dump that make keys and indexes, one string each."""
+    out, current = [], None
+    for line in text.splitlines():
+        if line.startswith(("ALTER TABLE ONLY", "CREATE INDEX", "CREATE UNIQUE INDEX")):
+            current = [line]
+        elif current is not None:
+            current.append(line.strip())
+        if current is not None and line.endswith(";"):
+            out.append(" ".join(current))
+            current = None
+    return sorted(out)
+
+
+@pytest.mark.parametrize("table", ["acct", '"Pair"', "plain"])
+def test_describe_prints_columns_defaults_and_indexes_as_postgresql(servers, table):
+    got = {name: psql(s, f"\\d {table}") for name, s in servers.items()}
+    assert got["tierdb"] == got["postgres"], got
+
+
+def test_index_list_is_postgresqls(servers):
+    # The owner column differs (each server's own user); the rest must not.
+    def rows(text):
+        return [re.sub(r"\|[^|]*\|([^|]*)$", r"|\1", line) for line in text.splitlines()
+                if "|" in line]
+    got = {name: rows(psql(s, "\\di")) for name, s in servers.items()}
+    assert got["tierdb"] == got["postgres"], got
+    assert len(got["tierdb"]) == 5, got  # the header and 4 indexes
+
+
+def test_pg_dump_writes_the_keys_and_indexes_postgresql_writes(servers):
+    got = {name: key_statements(dump(s)) for name, s in servers.items()}
+    assert got["tierdb"] == got["postgres"], got
+    assert len(got["tierdb"]) == 4, got
+
+
+def test_a_dump_restores_row_tables_with_their_keys(servers, tmp_path):
+    text = dump(servers["tierdb"])
+    fresh = str(tmp_path / "restored")
+    subprocess.run([BIN, "sql", fresh, "--create", "-c", "SELECT 1"], check=True, capture_output=True)
+    with engines_tierdb_at(fresh) as port:
+        restored = (port, "tierdb", engines.PASSWORD, "tierdb")
+        p = subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(port),
+                            "-U", "tierdb", "tierdb"], input=text, capture_output=True, text=True,
+                           timeout=300, env=dict(os.environ, PGPASSWORD=engines.PASSWORD))
+        assert p.returncode == 0, p.stderr
+        for table in ["acct", '"Pair"', "plain"]:
+            assert psql(restored, f"\\d {table}") == psql(servers["tierdb"], f"\\d {table}")
+            order = "1, 2" if table != "plain" else "1"
+            query = f"SELECT * FROM {table} ORDER BY {order}"
+            assert psql(restored, query) == psql(servers["postgres"], query)
+        with psycopg.connect(engines.tierdb_dsn(port), autocommit=True) as c:
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                c.execute("INSERT INTO acct (id, owner) VALUES (1, 'dup')")
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                c.execute("INSERT INTO \"Pair\" VALUES (1, 'x', 0)")
+            c.execute("INSERT INTO acct (id, owner) VALUES (4, 'dee')")
+            assert c.execute("SELECT tier FROM acct WHERE id = 4").fetchone() == (3,)
+
+
+class engines_tierdb_at:
+    """`tierdb serve` over the database at `path` (engines.tierdb makes a fresh one)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        self.port = engines.free_port()
+        self.log = open(os.path.join(os.path.dirname(self.path), "serve.log"), "w")
+        self.p = subprocess.Popen([BIN, "serve", self.path, "--listen", f"127.0.0.1:{self.port}",
+                                   "--memory-bytes", "256MiB"],
+                                  env=dict(os.environ, TIERDB_PASSWORD=engines.PASSWORD),
+                                  stdout=self.log, stderr=subprocess.STDOUT)
+        engines.wait_port(self.port, self.p, "tierdb serve", self.log.name)
+        return self.port
+
+    def __exit__(self, *exc):
+        self.p.terminate()
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+        self.log.close()
