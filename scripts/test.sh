@@ -72,6 +72,9 @@ command -v sysbench >/dev/null || { echo "error: sysbench is needed for the OLTP
 echo "== tierdb serve with PostgreSQL clients: psycopg 3, psycopg2, SQLAlchemy, pandas, asyncpg, psql; bad input, SIGKILL during COMMIT, TLS, VACUUM (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_pg.py")
+echo "== keys, indexes and defaults in pg_catalog beside PostgreSQL 15: psql \\d and \\di, pg_dump's key and index statements, a dump restored into tierdb keeps its row tables (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_catalog_keys.py")
 echo "== dbt-postgres on tierdb serve beside PostgreSQL 15: seed, table, view and incremental models built twice, data tests, docs generate; equal rows and documented columns (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_dbt.py")

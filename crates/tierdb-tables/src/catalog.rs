@@ -254,7 +254,7 @@ pub struct TableDef {
     /// engine, one entry per row, ordered by key (`rows/`), not in segments.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub primary_key: Vec<String>,
-    /// Column DEFAULTs: (column, the expression's SQL text), row tables only.
+    /// Column DEFAULTs: (column, the expression's SQL text).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub defaults: Vec<(String, String)>,
     /// Secondary indexes (row tables only).

@@ -88,6 +88,8 @@ pub struct TierTable {
     segments: Vec<SegmentMeta>,
     counters: Arc<ScanCounters>,
     options: ScanOptions,
+    /// Column DEFAULTs, which an INSERT that leaves their column out fills in.
+    defaults: std::collections::HashMap<String, Expr>,
 }
 
 impl TierTable {
@@ -105,7 +107,14 @@ impl TierTable {
             segments,
             counters,
             options,
+            defaults: Default::default(),
         })
+    }
+
+    /// This table with its column DEFAULTs as expressions.
+    pub fn with_defaults(mut self, defaults: std::collections::HashMap<String, Expr>) -> Self {
+        self.defaults = defaults;
+        self
     }
 
     pub fn rows(&self) -> u64 {
@@ -319,6 +328,10 @@ impl TableProvider for TierTable {
 
     fn table_type(&self) -> TableType {
         TableType::Base
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        self.defaults.get(column)
     }
 
     fn supports_filters_pushdown(
@@ -549,7 +562,7 @@ impl TierSchema {
         *self.options.write() = options;
     }
 
-    /// A row table's column DEFAULTs as expressions.
+    /// A table's column DEFAULTs as expressions.
     fn defaults(&self, def: &TableDef) -> DfResult<std::collections::HashMap<String, Expr>> {
         let mut out = std::collections::HashMap::new();
         if def.defaults.is_empty() {
@@ -601,7 +614,10 @@ impl SchemaProvider for TierSchema {
             ))));
         }
         let options = *self.options.read();
-        let t = TierTable::load(self.tables.clone(), def, self.counters.clone(), options).await?;
+        let defaults = self.defaults(&def)?;
+        let t = TierTable::load(self.tables.clone(), def, self.counters.clone(), options)
+            .await?
+            .with_defaults(defaults);
         if rows_of {
             return Ok(Some(Arc::new(crate::dml::RowIdTable::new(t))));
         }

@@ -22,7 +22,7 @@ pub struct NewTable {
     pub partition_key: Option<String>,
     /// A PRIMARY KEY makes a row table (`rows/`).
     pub primary_key: Vec<String>,
-    /// Column DEFAULTs (column, SQL text); row tables only.
+    /// Column DEFAULTs (column, SQL text).
     pub defaults: Vec<(String, String)>,
 }
 

@@ -380,12 +380,6 @@ impl SqlSession {
                 }
             }
         }
-        if !c.column_defaults.is_empty() && primary_key.is_empty() {
-            return Err(TableError::Unsupported(format!(
-                "table {name}: column DEFAULTs (and SERIAL) need a row table: declare a \
-                 PRIMARY KEY"
-            )));
-        }
         let mut defaults = Vec::new();
         for (column, expr) in &c.column_defaults {
             let sql = datafusion::sql::unparser::expr_to_sql(expr)
