@@ -30,12 +30,14 @@ PG_DUMP = shutil.which("pg_dump") or "/usr/lib/postgresql/15/bin/pg_dump"
 # One statement each (DDL commits at once in tierdb); the same on both servers.
 SETUP = [
     "CREATE TABLE acct (id INT PRIMARY KEY, owner VARCHAR(20) NOT NULL, bal NUMERIC(10,2), "
-    "tier INT DEFAULT 3)",
-    "INSERT INTO acct (id, owner, bal) VALUES (1, 'ann', 1.50), (2, 'bob', 2.25), (3, 'cy', NULL)",
+    "tier INT DEFAULT 3, email TEXT UNIQUE)",
+    "INSERT INTO acct (id, owner, bal, email) VALUES (1, 'ann', 1.50, 'a@x'), (2, 'bob', 2.25, NULL), "
+    "(3, 'cy', NULL, NULL)",
     "CREATE INDEX acct_owner ON acct (owner)",
     "CREATE UNIQUE INDEX acct_owner_bal ON acct (owner, bal)",
     'CREATE TABLE "Pair" (a INT, "B" TEXT, c INT NOT NULL, PRIMARY KEY (a, "B"))',
     "INSERT INTO \"Pair\" VALUES (1, 'x', 10), (1, 'y', 20)",
+    'ALTER TABLE "Pair" ADD CONSTRAINT pair_c UNIQUE (c)',
     "CREATE TABLE plain (n BIGINT, s TEXT)",
     "INSERT INTO plain VALUES (1, 'one')",
 ]
@@ -105,13 +107,13 @@ def test_index_list_is_postgresqls(servers):
                 if "|" in line]
     got = {name: rows(psql(s, "\\di")) for name, s in servers.items()}
     assert got["tierdb"] == got["postgres"], got
-    assert len(got["tierdb"]) == 5, got  # the header and 4 indexes
+    assert len(got["tierdb"]) == 7, got  # the header and 6 indexes
 
 
 def test_pg_dump_writes_the_keys_and_indexes_postgresql_writes(servers):
     got = {name: key_statements(dump(s)) for name, s in servers.items()}
     assert got["tierdb"] == got["postgres"], got
-    assert len(got["tierdb"]) == 4, got
+    assert len(got["tierdb"]) == 6, got
 
 
 def test_a_dump_restores_row_tables_with_their_keys(servers, tmp_path):
@@ -134,6 +136,10 @@ def test_a_dump_restores_row_tables_with_their_keys(servers, tmp_path):
                 c.execute("INSERT INTO acct (id, owner) VALUES (1, 'dup')")
             with pytest.raises(psycopg.errors.UniqueViolation):
                 c.execute("INSERT INTO \"Pair\" VALUES (1, 'x', 0)")
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                c.execute("INSERT INTO acct (id, owner, email) VALUES (9, 'e', 'a@x')")
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                c.execute("INSERT INTO \"Pair\" VALUES (2, 'z', 20)")
             c.execute("INSERT INTO acct (id, owner) VALUES (4, 'dee')")
             assert c.execute("SELECT tier FROM acct WHERE id = 4").fetchone() == (3,)
 

@@ -13,13 +13,14 @@
 //! Rules:
 //!
 //! 1. A row table's PRIMARY KEY is an index named `<table>_pkey` (PostgreSQL's default
-//!    name) with a constraint of that name (`contype` `p`); each `CREATE [UNIQUE] INDEX`
-//!    is an index without a constraint, as in PostgreSQL. Every index is `btree`.
+//!    name) with a constraint of that name (`contype` `p`); a UNIQUE constraint is its
+//!    unique index and a constraint of that name (`u`); each `CREATE [UNIQUE] INDEX` is an
+//!    index without a constraint, as in PostgreSQL. Every index is `btree`.
 //! 2. Oids are fixed by tierdb's catalog ids, never by the order of a listing: a primary
 //!    key's index is [`INDEX_OID_BASE`] + its table's id, another index
 //!    [`INDEX_OID_BASE`] + its own id (tables and indexes draw ids from one counter, so
 //!    these never collide), a primary key constraint [`CONSTRAINT_OID_BASE`] + its
-//!    table's id, a default [`DEFAULT_OID_BASE`] + table id × 1,600 (PostgreSQL's column
+//!    table's id, a UNIQUE constraint [`CONSTRAINT_OID_BASE`] + its index's id, a default [`DEFAULT_OID_BASE`] + table id × 1,600 (PostgreSQL's column
 //!    limit) + column number. datafusion-pg-catalog numbers tables and schemas from 16,384
 //!    up, far below. An object whose oid would not fit an int4 is left out.
 //! 3. A table's oid and schema are its `pg_class` row's, found by name in `public` when a
@@ -66,11 +67,13 @@ pub(crate) struct IndexEntry {
     pub primary: bool,
 }
 
-/// A constraint (rule 1: primary keys).
+/// A constraint (rule 1: primary keys and UNIQUE constraints).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ConstraintEntry {
     pub oid: i32,
     pub name: String,
+    /// `p` (primary key) or `u` (unique).
+    pub kind: &'static str,
     pub table: String,
     pub index_oid: i32,
     pub columns: Vec<(String, i16)>,
@@ -130,6 +133,7 @@ impl Keys {
                 keys.constraints.push(ConstraintEntry {
                     oid: con_oid,
                     name,
+                    kind: "p",
                     table: def.name.clone(),
                     index_oid,
                     columns,
@@ -139,6 +143,18 @@ impl Keys {
                 if let (Some(index_oid), Some(columns)) =
                     (oid(INDEX_OID_BASE, index.id), numbered(&index.columns))
                 {
+                    if index.constraint
+                        && let Some(con_oid) = oid(CONSTRAINT_OID_BASE, index.id)
+                    {
+                        keys.constraints.push(ConstraintEntry {
+                            oid: con_oid,
+                            name: index.name.clone(),
+                            kind: "u",
+                            table: def.name.clone(),
+                            index_oid,
+                            columns: columns.clone(),
+                        });
+                    }
                     keys.indexes.push(IndexEntry {
                         oid: index_oid,
                         name: index.name.clone(),
@@ -198,7 +214,11 @@ impl Keys {
         }
         for c in &self.constraints {
             let names: Vec<String> = c.columns.iter().map(|(c, _)| quote_ident(c)).collect();
-            out.push((c.oid, 0, format!("PRIMARY KEY ({})", names.join(", "))));
+            let kind = match c.kind {
+                "p" => "PRIMARY KEY",
+                _ => "UNIQUE",
+            };
+            out.push((c.oid, 0, format!("{kind} ({})", names.join(", "))));
         }
         out
     }
@@ -543,7 +563,7 @@ pub(crate) fn pg_constraint(
                 vec![
                     ("oid", ScalarValue::Int32(Some(c.oid))),
                     ("conname", s(&c.name)),
-                    ("contype", s("p")),
+                    ("contype", s(c.kind)),
                     ("condeferrable", t(false)),
                     ("condeferred", t(false)),
                     ("convalidated", t(true)),
@@ -648,6 +668,62 @@ pub(crate) fn with_indexes(
         .project(projection)?
         .union(
             LogicalPlanBuilder::scan("pg_class_indexes", provider_as_source(added), None)?
+                .build()?,
+        )?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
+/// `pg_constraint`'s oid in `pg_class` (`classid` and `refclassid` in `pg_depend`).
+const PG_CONSTRAINT_OID: i32 = 2606;
+
+/// `depend` (`pg_depend`) and a dependency (`n`) of each UNIQUE constraint on its table's
+/// primary key constraint: in tierdb a unique index's entries end with the row's key, and
+/// a table is a row table only once it has a primary key. pg_dump orders its statements by
+/// these dependencies, so a restore adds the primary key before the UNIQUE constraints
+/// (by name alone, `t_email_key` would come before `t_pkey`, and be refused on a table
+/// that has no key yet).
+pub(crate) fn with_dependencies(
+    depend: Arc<dyn TableProvider>,
+    keys: &Keys,
+) -> Result<Arc<dyn TableProvider>> {
+    let primary: HashMap<&str, i32> = keys
+        .constraints
+        .iter()
+        .filter(|c| c.kind == "p")
+        .map(|c| (c.table.as_str(), c.oid))
+        .collect();
+    let rows: Vec<Row> = keys
+        .constraints
+        .iter()
+        .filter(|c| c.kind == "u")
+        .filter_map(|c| {
+            let pk = *primary.get(c.table.as_str())?;
+            let i = |v: i32| ScalarValue::Int32(Some(v));
+            Some((
+                c.table.clone(),
+                vec![
+                    ("classid", i(PG_CONSTRAINT_OID)),
+                    ("objid", i(c.oid)),
+                    ("objsubid", i(0)),
+                    ("refclassid", i(PG_CONSTRAINT_OID)),
+                    ("refobjid", i(pk)),
+                    ("refobjsubid", i(0)),
+                    ("deptype", ScalarValue::Utf8(Some("n".into()))),
+                ],
+            ))
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(depend);
+    }
+    let schema = depend.schema();
+    // No column is filled from a table: every row's table is "found" (rule 3 is not needed).
+    let everywhere: Relations = rows.iter().map(|(t, _)| (t.clone(), (0, 0))).collect();
+    let added = stored(&schema, &rows, &[], &everywhere)?;
+    let plan = LogicalPlanBuilder::scan("pg_depend", provider_as_source(depend), None)?
+        .union(
+            LogicalPlanBuilder::scan("key_dependencies", provider_as_source(added), None)?
                 .build()?,
         )?
         .build()?;

@@ -368,7 +368,7 @@ mod tests {
         );
         assert!(text.contains("a.attnum = get_field(i.keys, 'x')"), "{text}");
         assert!(
-            text.contains("(unnest(tierdb_expandarray(i.indkey))).n"),
+            text.contains("get_field(unnest(tierdb_expandarray(i.indkey)), 'n') AS key_seq"),
             "{text}"
         );
         assert!(

@@ -204,7 +204,15 @@ impl SchemaProvider for Owned {
                         .views()
                         .await
                         .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                    crate::declared::with_view_dependencies(table, class, &views)?
+                    let defs = tables
+                        .tables()
+                        .await
+                        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    let keys = crate::keys::Keys::of(&defs);
+                    crate::keys::with_dependencies(
+                        crate::declared::with_view_dependencies(table, class, &views)?,
+                        &keys,
+                    )?
                 }
                 _ => table,
             },

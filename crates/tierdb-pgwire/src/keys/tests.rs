@@ -33,12 +33,14 @@ fn table(id: u64, name: &str) -> TableDef {
                 name: "t_k".into(),
                 columns: vec!["k".into(), "Note".into()],
                 unique: false,
+                constraint: false,
             },
             IndexDef {
                 id: id + 2,
                 name: "t_note".into(),
                 columns: vec!["Note".into()],
                 unique: true,
+                constraint: true,
             },
         ],
     }
@@ -53,7 +55,15 @@ fn a_primary_key_is_an_index_and_a_constraint_with_postgresqls_definitions() {
         (pkey.oid, pkey.name.as_str(), pkey.primary, pkey.unique),
         (1_000_000_007, "t_pkey", true, true)
     );
-    assert_eq!(keys.constraints.len(), 1);
+    assert_eq!(keys.constraints.len(), 2);
+    assert_eq!(
+        (
+            keys.constraints[1].kind,
+            keys.constraints[1].oid,
+            keys.constraints[1].index_oid
+        ),
+        ("u", 1_400_000_009, 1_000_000_009)
+    );
     assert_eq!(keys.constraints[0].index_oid, pkey.oid);
     assert_eq!(keys.constraints[0].oid, 1_400_000_007);
     assert_eq!(keys.defaults.len(), 1);
@@ -80,6 +90,7 @@ fn a_primary_key_is_an_index_and_a_constraint_with_postgresqls_definitions() {
         Some("CREATE UNIQUE INDEX t_note ON public.t USING btree (\"Note\")")
     );
     assert_eq!(def(1_400_000_007, 0).as_deref(), Some("PRIMARY KEY (id)"));
+    assert_eq!(def(1_400_000_009, 0).as_deref(), Some("UNIQUE (\"Note\")"));
     assert_eq!(keys.indexed_tables(), vec!["t".to_string()]);
 }
 
@@ -291,4 +302,41 @@ async fn no_keys_leave_empty_tables_and_pg_class_as_it_was() {
             .await
             .contains("| 3 |")
     );
+}
+
+#[tokio::test]
+async fn a_unique_constraint_depends_on_its_tables_primary_key() {
+    let keys = Keys::of(&[table(7, "t")]);
+    let depend_schema = Arc::new(Schema::new(
+        [
+            "classid",
+            "objid",
+            "objsubid",
+            "refclassid",
+            "refobjid",
+            "refobjsubid",
+        ]
+        .iter()
+        .map(|c| Field::new(*c, DataType::Int32, false))
+        .chain([Field::new("deptype", DataType::Utf8, false)])
+        .collect::<Vec<_>>(),
+    ));
+    let depend: Arc<dyn TableProvider> =
+        Arc::new(MemTable::try_new(depend_schema, vec![vec![]]).expect("table"));
+    let ctx = SessionContext::new();
+    ctx.register_table(
+        "pg_depend",
+        with_dependencies(depend, &keys).expect("pg_depend"),
+    )
+    .expect("registered");
+    let rows = text(
+        &ctx,
+        "SELECT classid, objid, refclassid, refobjid, deptype FROM pg_depend",
+    )
+    .await;
+    assert!(
+        rows.contains("| 2606    | 1400000009 | 2606       | 1400000007 | n       |"),
+        "{rows}"
+    );
+    assert_eq!(rows.matches("2606").count(), 2, "{rows}");
 }

@@ -35,6 +35,19 @@ pub struct IndexDef {
     pub columns: Vec<String>,
     #[serde(default)]
     pub unique: bool,
+    /// Made by a UNIQUE constraint (CREATE TABLE … UNIQUE, ALTER TABLE … ADD UNIQUE), not
+    /// by CREATE UNIQUE INDEX: pg_catalog lists the constraint too, as PostgreSQL does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub constraint: bool,
+}
+
+/// How [`Tables::create_index`] makes an index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IndexOptions {
+    pub unique: bool,
+    /// A UNIQUE constraint's index ([`IndexDef::constraint`]).
+    pub constraint: bool,
+    pub if_not_exists: bool,
 }
 
 const INDEX_PREFIX: u8 = b'X';
@@ -213,14 +226,25 @@ impl Tables {
         table: &str,
         name: &str,
         columns: Vec<String>,
-        unique: bool,
-        if_not_exists: bool,
+        options: IndexOptions,
     ) -> Result<()> {
+        let IndexOptions {
+            unique,
+            constraint,
+            if_not_exists,
+        } = options;
         let kv = self.kv_writer()?;
         let _guard = self.commit_lock.lock().await;
         let _gate = self.row_state().gate.write().await;
         let all = self.tables().await?;
-        if all.iter().any(|t| t.indexes.iter().any(|i| i.name == name)) {
+        // Indexes share the namespace of relations, as in PostgreSQL: a table, a view, a
+        // primary key's index (`<table>_pkey`, as pg_catalog lists it) or another index.
+        let taken = all.iter().any(|t| {
+            t.name == name
+                || (t.is_row_table() && format!("{}_pkey", t.name) == name)
+                || t.indexes.iter().any(|i| i.name == name)
+        }) || self.view(name).await?.is_some();
+        if taken {
             if if_not_exists {
                 return Ok(());
             }
@@ -250,6 +274,7 @@ impl Tables {
             name: name.to_string(),
             columns,
             unique,
+            constraint,
         };
         let mut b = crate::catalog::CatalogBatch::default();
         let mut seen = std::collections::HashSet::new();

@@ -17,6 +17,7 @@ use super::{SCHEMA, SqlSession, ident_name, relation_name};
 use crate::catalog::{ColumnDef, ColumnType};
 use crate::error::{Result, TableError};
 use crate::provider::{ScanOptions, TierTable};
+use crate::rows::index::IndexOptions;
 use crate::tables::NewTable;
 
 impl SqlSession {
@@ -63,6 +64,24 @@ impl SqlSession {
                 }
             }
             crate::rows::convert::add_primary_key(&self.local_ctx(), &self.tables, &name, columns)
+                .await?;
+            self.schema.refresh().await?;
+            return Ok(());
+        }
+        if let [
+            Op::AddConstraint {
+                constraint: datafusion::sql::sqlparser::ast::TableConstraint::Unique(u),
+                ..
+            },
+        ] = at.operations.as_slice()
+        {
+            let columns = index_columns(&u.columns, "UNIQUE")?;
+            let index = match &u.name {
+                Some(n) => ident_name(n),
+                None => unique_name(&name, &columns),
+            };
+            self.tables
+                .create_index(&name, &index, columns, UNIQUE_CONSTRAINT)
                 .await?;
             self.schema.refresh().await?;
             return Ok(());
@@ -278,7 +297,16 @@ impl SqlSession {
                     None => format!("{table}_{}_idx", columns.join("_")),
                 };
                 self.tables
-                    .create_index(&table, &name, columns, ci.unique, ci.if_not_exists)
+                    .create_index(
+                        &table,
+                        &name,
+                        columns,
+                        IndexOptions {
+                            unique: ci.unique,
+                            constraint: false,
+                            if_not_exists: ci.if_not_exists,
+                        },
+                    )
                     .await?;
                 "CREATE INDEX"
             }
@@ -354,6 +382,7 @@ impl SqlSession {
         order: Option<OneOrManyWithParens<SqlExpr>>,
         part: Option<Box<SqlExpr>>,
         sequences: Vec<crate::rows::sequence::SequenceDef>,
+        uniques: Vec<(String, Vec<String>)>,
     ) -> Result<Outcome> {
         use datafusion::common::Constraint;
         if c.temporary {
@@ -372,13 +401,15 @@ impl SqlSession {
                         .map(|&i| schema.field(i).name().clone())
                         .collect()
                 }
-                Constraint::Unique(_) => {
-                    return Err(TableError::Unsupported(format!(
-                        "table {name}: UNIQUE constraints are not enforced by tierdb yet; \
-                         declare the key as the PRIMARY KEY, or leave UNIQUE out"
-                    )));
-                }
+                // Named and made from the statement ([`unique_constraints`]).
+                Constraint::Unique(_) => {}
             }
+        }
+        if !uniques.is_empty() && primary_key.is_empty() {
+            return Err(TableError::Unsupported(format!(
+                "table {name}: UNIQUE constraints are enforced by unique indexes, which need a \
+                 row table: declare a PRIMARY KEY"
+            )));
         }
         let mut defaults = Vec::new();
         for (column, expr) in &c.column_defaults {
@@ -437,6 +468,21 @@ impl SqlSession {
             )
             .await?;
         self.schema.refresh().await?;
+        if !existed {
+            // A UNIQUE constraint is a unique index on the new, empty table; if one cannot
+            // be made (its name is taken), the table goes again.
+            for (index, columns) in uniques {
+                if let Err(e) = self
+                    .tables
+                    .create_index(&name, &index, columns, UNIQUE_CONSTRAINT)
+                    .await
+                {
+                    self.tables.drop_table(&name, true).await?;
+                    self.schema.refresh().await?;
+                    return Err(e);
+                }
+            }
+        }
         let is_ctas = !matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(_));
         if !is_ctas || existed {
             return Ok(Outcome::Command("CREATE TABLE".into()));
@@ -485,4 +531,67 @@ fn key_column(e: &SqlExpr, clause: &str) -> Result<String> {
             "{clause} {other}: table keys must be column names"
         ))),
     }
+}
+
+/// The columns of a key or index, which tierdb keeps by name: `what` names the clause for
+/// the error an expression gets.
+fn index_columns(
+    columns: &[datafusion::sql::sqlparser::ast::IndexColumn],
+    what: &str,
+) -> Result<Vec<String>> {
+    columns
+        .iter()
+        .map(|c| match &c.column.expr {
+            SqlExpr::Identifier(id) => Ok(ident_name(id)),
+            other => Err(TableError::Unsupported(format!(
+                "{what} ({other}): keys and indexes are of columns"
+            ))),
+        })
+        .collect()
+}
+
+/// How a UNIQUE constraint's index is made.
+const UNIQUE_CONSTRAINT: IndexOptions = IndexOptions {
+    unique: true,
+    constraint: true,
+    if_not_exists: false,
+};
+
+/// PostgreSQL's name for an unnamed UNIQUE constraint: `<table>_<columns>_key`.
+fn unique_name(table: &str, columns: &[String]) -> String {
+    format!("{table}_{}_key", columns.join("_"))
+}
+
+/// The UNIQUE constraints of `ct`, column and table constraints alike: each one's name
+/// (given, or [`unique_name`]) and columns. DataFusion's plan keeps neither the names nor
+/// the order, so they are read from the statement.
+pub(super) fn unique_constraints(
+    ct: &datafusion::sql::sqlparser::ast::CreateTable,
+    table: &str,
+) -> Result<Vec<(String, Vec<String>)>> {
+    use datafusion::sql::sqlparser::ast::{ColumnOption, TableConstraint};
+    let mut out = Vec::new();
+    for c in &ct.columns {
+        for o in &c.options {
+            if let ColumnOption::Unique(_) = &o.option {
+                let columns = vec![ident_name(&c.name)];
+                let name = match &o.name {
+                    Some(n) => ident_name(n),
+                    None => unique_name(table, &columns),
+                };
+                out.push((name, columns));
+            }
+        }
+    }
+    for constraint in &ct.constraints {
+        if let TableConstraint::Unique(u) = constraint {
+            let columns = index_columns(&u.columns, "UNIQUE")?;
+            let name = match &u.name {
+                Some(n) => ident_name(n),
+                None => unique_name(table, &columns),
+            };
+            out.push((name, columns));
+        }
+    }
+    Ok(out)
 }

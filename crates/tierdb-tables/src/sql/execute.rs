@@ -117,6 +117,7 @@ impl SqlSession {
         let mut keys = None;
         let mut declared = Vec::new();
         let mut sequences = Vec::new();
+        let mut uniques = Vec::new();
         let mut temporary = false;
         if let DfStatement::Statement(s) = &mut stmt
             && let SqlStatement::CreateTable(ct) = s.as_mut()
@@ -148,6 +149,7 @@ impl SqlSession {
             }
             let table = super::relation_name(&ct.name).unwrap_or_default();
             sequences = super::serial::rewrite(ct, &table);
+            uniques = super::ddl::unique_constraints(ct, &table)?;
             keys = Some((order, part));
             // PostgreSQL's long names of VARCHAR(n) and CHAR(n) (pg_dump writes them).
             for c in &mut ct.columns {
@@ -196,12 +198,15 @@ impl SqlSession {
         match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) if temporary => {
                 let (order, part) = keys.unwrap_or((None, None));
-                let extras = order.is_some() || part.is_some() || !sequences.is_empty();
+                let extras = order.is_some()
+                    || part.is_some()
+                    || !sequences.is_empty()
+                    || !uniques.is_empty();
                 self.create_temp(c, extras).await
             }
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) => {
                 let (order, part) = keys.unwrap_or((None, None));
-                self.create_table(c, &declared, order, part, sequences)
+                self.create_table(c, &declared, order, part, sequences, uniques)
                     .await
             }
             LogicalPlan::Ddl(DdlStatement::DropTable(d))
