@@ -3,7 +3,9 @@ pg_catalog, against PostgreSQL 15 as the oracle: the same tables are made on bot
 servers, then psql's `\\d` (columns, defaults, the "Indexes:" list) and `\\di` must print
 the same, and pg_dump 15 must write the same key and index statements. A dump of tierdb
 restored with psql into a fresh tierdb database gives back the same tables: the rows,
-row tables again (a duplicate key is refused with 23505), their indexes.
+row tables again (a duplicate key is refused with 23505), their indexes and defaults.
+Not yet: a SERIAL column's sequence is not in pg_class, so a dump does not recreate it
+(the restored default names a sequence that does not exist).
 
 Needs `tierdb` (TIERDB_BIN), psql, pg_dump and PostgreSQL 15 (scripts/postgres.sh)."""
 
@@ -38,6 +40,8 @@ SETUP = [
     'CREATE TABLE "Pair" (a INT, "B" TEXT, c INT NOT NULL, PRIMARY KEY (a, "B"))',
     "INSERT INTO \"Pair\" VALUES (1, 'x', 10), (1, 'y', 20)",
     'ALTER TABLE "Pair" ADD CONSTRAINT pair_c UNIQUE (c)',
+    "CREATE TABLE ser (id SERIAL PRIMARY KEY, v TEXT)",
+    "INSERT INTO ser (v) VALUES ('a'), ('b')",
     "CREATE TABLE plain (n BIGINT, s TEXT)",
     "INSERT INTO plain VALUES (1, 'one')",
 ]
@@ -81,7 +85,9 @@ def dump(server):
 
 
 def key_statements(text):
-    """The statements of a dump that make keys and indexes, one string each."""
+    """The statements of a dump that make keys and indexes, one string each (not the
+    ALTER TABLE … SET DEFAULT that PostgreSQL's dump writes for a SERIAL column: tierdb's
+    sequences are not in pg_class, so its dump writes the default in CREATE TABLE)."""
     out, current = [], None
     for line in text.splitlines():
         if line.startswith(("ALTER TABLE ONLY", "CREATE INDEX", "CREATE UNIQUE INDEX")):
@@ -91,10 +97,10 @@ def key_statements(text):
         if current is not None and line.endswith(";"):
             out.append(" ".join(current))
             current = None
-    return sorted(out)
+    return sorted(s for s in out if "ALTER COLUMN" not in s)
 
 
-@pytest.mark.parametrize("table", ["acct", '"Pair"', "plain"])
+@pytest.mark.parametrize("table", ["acct", '"Pair"', "ser", "plain"])
 def test_describe_prints_columns_defaults_and_indexes_as_postgresql(servers, table):
     got = {name: psql(s, f"\\d {table}") for name, s in servers.items()}
     assert got["tierdb"] == got["postgres"], got
@@ -107,13 +113,13 @@ def test_index_list_is_postgresqls(servers):
                 if "|" in line]
     got = {name: rows(psql(s, "\\di")) for name, s in servers.items()}
     assert got["tierdb"] == got["postgres"], got
-    assert len(got["tierdb"]) == 7, got  # the header and 6 indexes
+    assert len(got["tierdb"]) == 8, got  # the header and 7 indexes
 
 
 def test_pg_dump_writes_the_keys_and_indexes_postgresql_writes(servers):
     got = {name: key_statements(dump(s)) for name, s in servers.items()}
     assert got["tierdb"] == got["postgres"], got
-    assert len(got["tierdb"]) == 6, got
+    assert len(got["tierdb"]) == 7, got
 
 
 def test_a_dump_restores_row_tables_with_their_keys(servers, tmp_path):

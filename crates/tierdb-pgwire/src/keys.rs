@@ -174,7 +174,7 @@ impl Keys {
                         oid: o,
                         table: def.name.clone(),
                         column: n,
-                        sql: sql.clone(),
+                        sql: as_postgresql_writes(sql),
                     });
                 }
             }
@@ -221,6 +221,19 @@ impl Keys {
             out.push((c.oid, 0, format!("{kind} ({})", names.join(", "))));
         }
         out
+    }
+}
+
+/// A default as PostgreSQL writes it back: a sequence's name in `nextval` as a `regclass`
+/// (`nextval('t_id_seq'::regclass)`: psql's `\d`, pg_dump). tierdb reads that form back
+/// (`tierdb_tables::parsefix` rule 2).
+fn as_postgresql_writes(sql: &str) -> String {
+    match sql
+        .strip_prefix("nextval('")
+        .and_then(|rest| rest.strip_suffix("')"))
+    {
+        Some(name) if !name.contains('\'') => format!("nextval('{name}'::regclass)"),
+        _ => sql.to_string(),
     }
 }
 

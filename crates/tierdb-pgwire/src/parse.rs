@@ -111,13 +111,47 @@ fn vacuum(sql: &str) -> std::borrow::Cow<'_, str> {
     "VACUUM".into()
 }
 
+/// Whether `sql` may call a sequence function with a `regclass` name (pg_dump's and psql's
+/// `nextval('s'::regclass)`).
+fn names_sequence_as_regclass(sql: &str) -> bool {
+    let lower = sql.to_lowercase();
+    lower.contains("regclass")
+        && ["nextval", "currval", "setval"]
+            .iter()
+            .any(|f| lower.contains(f))
+}
+
+/// `sql` parsed with tierdb's repairs (`tierdb_tables::parsefix`) before
+/// datafusion-pg-catalog's rules, which run as a query is parsed: its rule for `regclass`
+/// casts would make a sequence's name a subquery on `pg_class` before the repair that
+/// drops the cast saw it. `None` where PostgreSQL's syntax does not parse it.
+fn repaired_before_rules(
+    parser: &PostgresCompatibilityParser,
+    sql: &str,
+) -> Option<Vec<Statement>> {
+    use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
+    let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    Some(
+        statements
+            .into_iter()
+            .map(|mut s| {
+                tierdb_tables::parsefix::repair(&mut s);
+                parser.rewrite(s)
+            })
+            .collect(),
+    )
+}
+
 fn parse_unrepaired(
     parser: &PostgresCompatibilityParser,
     sql: &str,
 ) -> PgWireResult<Vec<Statement>> {
-    let parsed = match sql.contains("pg_attrdef") {
-        true => crate::keysql::parse_keeping_default_lookups(parser, sql).ok_or(()),
-        false => Err(()),
+    let parsed = if sql.contains("pg_attrdef") {
+        crate::keysql::parse_keeping_default_lookups(parser, sql).ok_or(())
+    } else if names_sequence_as_regclass(sql) {
+        repaired_before_rules(parser, sql).ok_or(())
+    } else {
+        Err(())
     }
     .or_else(|()| parser.parse(sql));
     if let Ok(mut statements) = parsed {
@@ -171,6 +205,21 @@ pub(crate) fn declared_parameters(sql: &str) -> usize {
 mod tests {
     use super::*;
     use crate::errors::sqlstate;
+
+    #[test]
+    fn a_sequence_named_as_a_regclass_stays_a_name() {
+        let s = parse_str("CREATE TABLE t (id INT DEFAULT nextval('public.t_id_seq'::regclass))")
+            .expect("parses");
+        assert_eq!(
+            s[0].to_string(),
+            "CREATE TABLE t (id INT DEFAULT nextval('public.t_id_seq'))"
+        );
+        let s = parse_str("SELECT pg_catalog.setval('public.t_id_seq', 3, true)").expect("parses");
+        assert!(
+            s[0].to_string()
+                .contains("setval('public.t_id_seq', 3, true)")
+        );
+    }
 
     fn parse_str(sql: &str) -> PgWireResult<Vec<Statement>> {
         parse(&PostgresCompatibilityParser::new(), sql)

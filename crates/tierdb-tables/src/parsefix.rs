@@ -7,6 +7,9 @@
 //!    error when the types differ, a silently different predicate when they are booleans
 //!    (found by the differential tester). Written parentheses survive as `Expr::Nested`, so
 //!    a bare AND/OR on the right can only come from that mis-parse and is re-associated.
+//! 2. `nextval('s'::regclass)` (also `currval`, `setval`): PostgreSQL's tools write a
+//!    sequence's name as a `regclass` (pg_dump's and psql's column defaults), a type tierdb
+//!    does not have; its sequence functions take the name as text, so the cast is dropped.
 
 use std::ops::ControlFlow;
 
@@ -23,6 +26,7 @@ impl VisitorMut for Repair {
     type Break = ();
 
     fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        sequence_name_casts(e);
         if matches!(e, Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..)) {
             let taken = std::mem::replace(
                 e,
@@ -31,6 +35,37 @@ impl VisitorMut for Repair {
             *e = reassociate(taken);
         }
         ControlFlow::Continue(())
+    }
+}
+
+/// Rule 2.
+fn sequence_name_casts(e: &mut Expr) {
+    use datafusion::sql::sqlparser::ast::{
+        DataType, FunctionArg, FunctionArgExpr, FunctionArguments,
+    };
+    let Expr::Function(f) = e else {
+        return;
+    };
+    let is_sequence_fn = f.name.0.last().and_then(|p| p.as_ident()).is_some_and(|i| {
+        ["nextval", "currval", "setval"]
+            .iter()
+            .any(|n| i.value.eq_ignore_ascii_case(n))
+    });
+    if !is_sequence_fn {
+        return;
+    }
+    let FunctionArguments::List(list) = &mut f.args else {
+        return;
+    };
+    if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(first))) = list.args.first_mut()
+        && let Expr::Cast {
+            expr, data_type, ..
+        } = first
+        && (matches!(data_type, DataType::Regclass)
+            || matches!(data_type, DataType::Custom(n, _) if n.to_string().eq_ignore_ascii_case("regclass")))
+        && matches!(expr.as_ref(), Expr::Value(_))
+    {
+        *first = expr.as_ref().clone();
     }
 }
 
@@ -82,6 +117,21 @@ mod tests {
             .expect("one");
         repair(&mut s);
         s.to_string()
+    }
+    #[test]
+    fn a_sequence_named_as_a_regclass_is_named_by_text() {
+        assert_eq!(
+            fixed("CREATE TABLE t (id INT DEFAULT nextval('public.t_id_seq'::regclass))"),
+            "CREATE TABLE t (id INT DEFAULT nextval('public.t_id_seq'))"
+        );
+        assert_eq!(
+            fixed("SELECT setval('s'::regclass, 3, true), currval('s'::REGCLASS)"),
+            "SELECT setval('s', 3, true), currval('s')"
+        );
+        assert_eq!(
+            fixed("SELECT 'pg_class'::regclass"),
+            "SELECT 'pg_class'::REGCLASS"
+        );
     }
 
     #[test]

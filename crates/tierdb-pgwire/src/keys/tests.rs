@@ -68,6 +68,9 @@ fn a_primary_key_is_an_index_and_a_constraint_with_postgresqls_definitions() {
     assert_eq!(keys.constraints[0].oid, 1_400_000_007);
     assert_eq!(keys.defaults.len(), 1);
     assert_eq!(keys.defaults[0].column, 2);
+    assert_eq!(keys.defaults[0].sql, "nextval('t_k_seq'::regclass)");
+    assert_eq!(as_postgresql_writes("7"), "7");
+    assert_eq!(as_postgresql_writes("nextval('a''b')"), "nextval('a''b')");
     assert_eq!(keys.defaults[0].oid, 1_800_000_000 + 7 * 1_600 + 2);
     let defs = keys.definitions();
     let def = |oid: i32, n: i32| {
@@ -261,7 +264,7 @@ async fn the_catalog_tables_join_their_table_in_public_by_name() {
     );
     let attrdef = text(&ctx, "SELECT adrelid, adnum, adbin FROM pg_attrdef").await;
     assert!(
-        attrdef.contains("| 16400   | 2     | nextval('t_k_seq') |"),
+        attrdef.contains("| 16400   | 2     | nextval('t_k_seq'::regclass) |"),
         "{attrdef}"
     );
     let class = text(

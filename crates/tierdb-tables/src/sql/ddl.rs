@@ -413,6 +413,23 @@ impl SqlSession {
         }
         let mut defaults = Vec::new();
         for (column, expr) in &c.column_defaults {
+            // PostgreSQL refuses these too; a default is evaluated per row written.
+            if datafusion::common::tree_node::TreeNode::exists(expr, |e| {
+                Ok(matches!(
+                    e,
+                    datafusion::logical_expr::Expr::ScalarSubquery(_)
+                        | datafusion::logical_expr::Expr::Exists(_)
+                        | datafusion::logical_expr::Expr::InSubquery(_)
+                ))
+            })? {
+                return Err(TableError::Column {
+                    code: "0A000",
+                    message: format!(
+                        "cannot use subquery in DEFAULT expression (column {column} of table \
+                         {name})"
+                    ),
+                });
+            }
             let sql = datafusion::sql::unparser::expr_to_sql(expr)
                 .map_err(|e| TableError::Schema(format!("DEFAULT of column {column}: {e}")))?;
             defaults.push((column.clone(), sql.to_string()));
