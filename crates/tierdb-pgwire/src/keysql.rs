@@ -13,9 +13,9 @@
 //!    or empty, answered as they are).
 //! 3. A scalar subquery selected as a column that reads `pg_attrdef` (psql's `\d`, SQLAlchemy
 //!    and pgjdbc's `getColumns` look a column's default up so) is kept from that rule too;
-//!    since the rule runs as the query is parsed, such a query is parsed here
-//!    ([`parse_keeping_default_lookups`]), and its condition on the outer row's
-//!    `atthasdef` is dropped ([`no_atthasdef`]).
+//!    since the rule runs as the query is parsed, `parse.rs` runs this one first
+//!    ([`default_lookups`]), and its condition on the outer row's `atthasdef` is dropped
+//!    ([`no_atthasdef`]).
 //! 4. `information_schema._pg_expandarray(a)` (pgjdbc's `getPrimaryKeys`, `getIndexInfo`,
 //!    `getBestRowIdentifier`), a set-returning function of `(x, n)` rows, becomes
 //!    `unnest(tierdb_expandarray(a))`: [`expandarray`] makes the list of `{x, n}`
@@ -132,27 +132,9 @@ fn lookup(oid: &Expr, n: &str) -> Option<Expr> {
     ))
 }
 
-/// `sql` parsed as datafusion-pg-catalog's parser parses it, but with rule 3 applied
-/// before its rules (which run at parse time, and would answer the lookups with NULL
-/// before any later rewrite saw them); `None` where PostgreSQL's syntax does not parse it.
-pub(crate) fn parse_keeping_default_lookups(
-    parser: &datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser,
-    sql: &str,
-) -> Option<Vec<Statement>> {
-    let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
-    Some(
-        statements
-            .into_iter()
-            .map(|mut s| {
-                default_lookups(&mut s);
-                parser.rewrite(s)
-            })
-            .collect(),
-    )
-}
-
-/// Rule 3.
-fn default_lookups(stmt: &mut Statement) {
+/// Rule 3. It must run before datafusion-pg-catalog's rules, which run as a query is
+/// parsed and would answer the lookups with NULL first (`parse.rs` runs it so).
+pub(crate) fn default_lookups(stmt: &mut Statement) {
     struct Keep;
     impl VisitorMut for Keep {
         type Break = ();

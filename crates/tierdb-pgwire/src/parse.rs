@@ -121,13 +121,15 @@ fn names_sequence_as_regclass(sql: &str) -> bool {
             .any(|f| lower.contains(f))
 }
 
-/// `sql` parsed with tierdb's repairs (`tierdb_tables::parsefix`) before
-/// datafusion-pg-catalog's rules, which run as a query is parsed: its rule for `regclass`
-/// casts would make a sequence's name a subquery on `pg_class` before the repair that
-/// drops the cast saw it. `None` where PostgreSQL's syntax does not parse it.
-fn repaired_before_rules(
+/// `sql` parsed as datafusion-pg-catalog's parser parses it, but with `first` applied to
+/// each statement before its rules, which run as a query is parsed: one would answer
+/// `pg_attrdef` lookups with NULL (`keysql.rs` rule 3), another make a sequence's
+/// `regclass` name a subquery on `pg_class` (`tierdb_tables::parsefix` rule 2) before any
+/// later rewrite saw them. `None` where PostgreSQL's syntax does not parse it.
+fn parsed_before_rules(
     parser: &PostgresCompatibilityParser,
     sql: &str,
+    first: fn(&mut Statement),
 ) -> Option<Vec<Statement>> {
     use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
     let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
@@ -135,7 +137,7 @@ fn repaired_before_rules(
         statements
             .into_iter()
             .map(|mut s| {
-                tierdb_tables::parsefix::repair(&mut s);
+                first(&mut s);
                 parser.rewrite(s)
             })
             .collect(),
@@ -147,9 +149,9 @@ fn parse_unrepaired(
     sql: &str,
 ) -> PgWireResult<Vec<Statement>> {
     let parsed = if sql.contains("pg_attrdef") {
-        crate::keysql::parse_keeping_default_lookups(parser, sql).ok_or(())
+        parsed_before_rules(parser, sql, crate::keysql::default_lookups).ok_or(())
     } else if names_sequence_as_regclass(sql) {
-        repaired_before_rules(parser, sql).ok_or(())
+        parsed_before_rules(parser, sql, tierdb_tables::parsefix::repair).ok_or(())
     } else {
         Err(())
     }
