@@ -1,6 +1,6 @@
 """Column types through `tierdb serve`, against PostgreSQL 15 as the oracle: the same table
 (SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, NUMERIC(p,s), VARCHAR(n), CHAR(n), TEXT,
-BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, BYTEA) on both, the same rows written with driver
+BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, BYTEA, UUID, JSON, JSONB) on both, the same rows written with driver
 parameters, then compared: the values read back, the column types and typmods the
 RowDescription reports, COPY TO STDOUT in text and CSV byte for byte, COPY FROM STDIN of
 PostgreSQL's output, and the SQLSTATE of values a type refuses.
@@ -10,6 +10,7 @@ Needs the `tierdb` binary (TIERDB_BIN) and PostgreSQL 15 (scripts/postgres.sh)."
 import datetime
 import decimal
 import os
+import uuid
 import sys
 from pathlib import Path
 
@@ -19,6 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlcheck import engines  # noqa: E402
 
 psycopg = pytest.importorskip("psycopg")
+from psycopg.types.json import Json, Jsonb  # noqa: E402
+
+DOC = {"zz": [1, 2.5, None, True], "a": {"k": "v\n\"q\""}, "n": 1.50}
 
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/tierdb/target"))
 BIN = os.environ.get("TIERDB_BIN", os.path.join(TARGET, "debug", "tierdb"))
@@ -39,16 +43,21 @@ COLUMNS = [
     ("ts", "TIMESTAMP"),
     ("tz", "TIMESTAMPTZ"),
     ("raw", "BYTEA"),
+    ("u", "UUID"),
+    ("j", "JSON"),
+    ("jb", "JSONB"),
 ]
 UTC = datetime.timezone.utc
 ROWS = [
     (1, 32767, 2147483647, 9223372036854775807, 1.5, 0.1, decimal.Decimal("12345678.91"), "abcde", "x", "tab\there",
      True, datetime.date(2024, 2, 29), datetime.datetime(2024, 1, 2, 3, 4, 5, 123456),
-     datetime.datetime(2024, 1, 2, 1, 4, 5, tzinfo=UTC), b"\x00\xff\\"),
+     datetime.datetime(2024, 1, 2, 1, 4, 5, tzinfo=UTC), b"\x00\xff\\",
+     uuid.UUID("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"), Json(DOC), Jsonb(DOC)),
     (2, -32768, -2147483648, -9223372036854775808, -0.25, -1e300, decimal.Decimal("-0.01"), "", "abc", "line\nbreak",
      False, datetime.date(1970, 1, 1), datetime.datetime(1970, 1, 1),
-     datetime.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), b""),
-    (3, None, None, None, None, None, None, None, None, None, None, None, None, None, None),
+     datetime.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), b"",
+     uuid.UUID(int=0), Json([]), Jsonb("text")),
+    (3, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None),
 ]
 
 
@@ -136,6 +145,11 @@ def test_copy_from_reads_postgresql_output(both):
     "INSERT INTO ty (id, v) VALUES (10, 'abcdef')",
     "INSERT INTO ty (id, c) VALUES (10, 'abcd')",
     "UPDATE ty SET v = 'toolong' WHERE id = 1",
+    "INSERT INTO ty (id, u) VALUES (10, 'a0eebc99')",
+    "INSERT INTO ty (id, j) VALUES (10, '{\"a\": 1')",
+    "INSERT INTO ty (id, jb) VALUES (10, '[1,]')",
+    "UPDATE ty SET jb = 'nope' WHERE id = 1",
+    "SELECT 'x'::uuid",
 ])
 def test_refused_values_get_postgresql_sqlstates(both, sql):
     pg, td = both
@@ -239,3 +253,52 @@ def test_result_columns_name_their_table_and_column_as_postgresql_does(both):
                      for r in (extended, simple)]
     assert got["tierdb"] == got["pg"]
     assert got["pg"][0][2] == (0, 0)
+
+
+JSON_QUERIES = [
+    # PostgreSQL's -> (a member as JSON), ->> (as text), by key and by index (negative from
+    # the end), a missing member NULL, chained; on JSON (as written) and JSONB (normalized).
+    "SELECT id, jb->'a', jb->'a'->>'k', jb->>'n', jb->'zz'->1, jb->'zz'->> -1, jb->'nope', "
+    "j->'zz', j->>'n', j->'a'->'k' FROM ty ORDER BY id",
+    "SELECT id FROM ty WHERE jb->'a'->>'k' = 'v\n\"q\"' ORDER BY id",
+    "SELECT '{\"b\": 1, \"a\": [1, 2.50, 1e2], \"b\": \"x\", \"ccc\": {}}'::jsonb",
+    "SELECT '{\"b\": 1,  \"a\":2}'::json, '{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11}'::uuid",
+    # The text PostgreSQL keeps: JSON as written, JSONB normalized (through COPY, which
+    # sends each value's text).
+    "COPY_TEXT SELECT '{\"b\": 1, \"a\": [1, 2.50, 1e2, -0], \"b\": \"x\\u0041\", \"ccc\": {}}'::jsonb, "
+    "' [1,  2] '::json",
+    "SELECT u FROM ty WHERE u = 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11' ORDER BY 1",
+]
+
+
+@pytest.mark.parametrize("sql", JSON_QUERIES)
+def test_json_and_uuid_queries_answer_as_postgresql(both, sql):
+    pg, td = both
+    if sql.startswith("COPY_TEXT "):
+        def copy_out(conn):
+            with conn.cursor() as cur:
+                with cur.copy(f"COPY ({sql[len('COPY_TEXT '):]}) TO STDOUT") as copy:
+                    return b"".join(bytes(b) for b in copy).decode()
+        assert copy_out(td) == copy_out(pg)
+        return
+    want = pg.execute(sql)
+    got = td.execute(sql)
+    assert [d.type_code for d in got.description] == [d.type_code for d in want.description]
+    assert got.fetchall() == want.fetchall()
+
+
+def test_gen_random_uuid_is_a_uuid(both):
+    pg, td = both
+    for conn in both:
+        cur = conn.execute("SELECT gen_random_uuid() AS a, gen_random_uuid() AS b")
+        assert cur.description[0].type_code == 2950
+        a, b = cur.fetchone()
+        assert isinstance(a, uuid.UUID) and a != b and a.version == 4
+
+
+def test_uuid_and_jsonb_in_binary_results(both):
+    """PostgreSQL's binary forms: a UUID's 16 bytes, JSONB's version byte then its text."""
+    pg, td = both
+    sql = "SELECT u, j, jb FROM ty ORDER BY id"
+    want = pg.cursor(binary=True).execute(sql).fetchall()
+    assert td.cursor(binary=True).execute(sql).fetchall() == want

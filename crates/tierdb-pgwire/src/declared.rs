@@ -34,6 +34,10 @@ pub(crate) fn type_and_typmod(ty: ColumnType) -> Option<(i32, i32)> {
             1700,
             ((i32::from(precision) << 16) | i32::from(scale.max(0))) + 4,
         ),
+        // Stored as text (`tierdb_tables::pgtext`); no typmod.
+        ColumnType::Uuid => (2950, -1),
+        ColumnType::Json => (114, -1),
+        ColumnType::Jsonb => (3802, -1),
         _ => return None,
     })
 }

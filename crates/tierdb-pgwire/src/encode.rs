@@ -46,12 +46,20 @@ fn declared(info: FieldInfo, field: &datafusion::arrow::datatypes::Field) -> Fie
             .parse::<i32>()
             .ok()
     };
-    let (ty, len) = if let Some(n) = length("VARCHAR(") {
-        (Type::VARCHAR, n)
+    // A typmod is the length plus VARHDRSZ (4); -1 for none.
+    let (ty, typmod) = if let Some(n) = length("VARCHAR(") {
+        (Type::VARCHAR, n + 4)
     } else if let Some(n) = length("CHAR(") {
-        (Type::BPCHAR, n)
+        (Type::BPCHAR, n + 4)
     } else {
-        return info;
+        // Typed text (`tierdb_tables::pgtext`): no typmod.
+        let ty = match declared.as_str() {
+            "UUID" => Type::UUID,
+            "JSON" => Type::JSON,
+            "JSONB" => Type::JSONB,
+            _ => return info,
+        };
+        (ty, -1)
     };
     FieldInfo::new(
         info.name().to_string(),
@@ -61,7 +69,7 @@ fn declared(info: FieldInfo, field: &datafusion::arrow::datatypes::Field) -> Fie
         info.format(),
     )
     .with_format_options(info.format_options().clone())
-    .with_type_modifier(len + 4)
+    .with_type_modifier(typmod)
 }
 
 /// The rows of one batch, up to and including the first error. arrow-pg's row iterator
@@ -90,6 +98,7 @@ pub(crate) fn encode_rows(
         .map(move |batch| match batch {
             Ok(b) => {
                 let b = as_pg_text(in_time_zone(b, &time_zone), &fields);
+                let b = as_pg_binary(b, &fields);
                 futures::stream::iter(rows_until_error(encode_recordbatch(fields.clone(), b)))
             }
             Err(e) => futures::stream::iter(vec![Err(table_error(&TableError::from(e)))]),
@@ -146,6 +155,68 @@ pub(crate) fn as_pg_text(
                 new_fields.push(Field::new(f.name(), DataType::Utf8, f.is_nullable()));
             }
             _ => {
+                columns.push(c.clone());
+                new_fields.push(f.as_ref().clone());
+            }
+        }
+    }
+    datafusion::arrow::array::RecordBatch::try_new(Arc::new(Schema::new(new_fields)), columns)
+        .unwrap_or(batch)
+}
+
+/// `batch` with its UUID and JSONB columns that go out in binary format in PostgreSQL's
+/// binary forms (a UUID's 16 bytes; JSONB's version byte 1, then the text), as BYTEA arrays
+/// arrow-pg sends as they are. JSON's binary form is its text, as the column holds it.
+pub(crate) fn as_pg_binary(
+    batch: datafusion::arrow::array::RecordBatch,
+    fields: &[FieldInfo],
+) -> datafusion::arrow::array::RecordBatch {
+    use datafusion::arrow::array::{Array, ArrayRef, AsArray, BinaryBuilder};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use pgwire::api::Type;
+    let binary = |i: usize| {
+        fields.get(i).and_then(|f| {
+            (f.format() == pgwire::api::results::FieldFormat::Binary
+                && matches!(*f.datatype(), Type::UUID | Type::JSONB))
+            .then(|| f.datatype().clone())
+        })
+    };
+    if !(0..batch.num_columns()).any(|i| binary(i).is_some()) {
+        return batch;
+    }
+    let schema = batch.schema();
+    let mut new_fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (i, (c, f)) in batch.columns().iter().zip(schema.fields()).enumerate() {
+        let converted = match (binary(i), c.as_string_opt::<i32>()) {
+            (Some(ty), Some(strings)) => {
+                let mut out = BinaryBuilder::with_capacity(strings.len(), 17 * strings.len());
+                for v in strings.iter() {
+                    match v {
+                        None => out.append_null(),
+                        Some(s) if ty == Type::UUID => match uuid::Uuid::try_parse(s) {
+                            Ok(u) => out.append_value(u.as_bytes()),
+                            // Stored text is canonical; anything else is sent as text.
+                            Err(_) => out.append_value(s.as_bytes()),
+                        },
+                        Some(s) => {
+                            let mut b = Vec::with_capacity(s.len() + 1);
+                            b.push(1u8);
+                            b.extend_from_slice(s.as_bytes());
+                            out.append_value(&b);
+                        }
+                    }
+                }
+                Some(Arc::new(out.finish()) as ArrayRef)
+            }
+            _ => None,
+        };
+        match converted {
+            Some(a) => {
+                columns.push(a);
+                new_fields.push(Field::new(f.name(), DataType::Binary, f.is_nullable()));
+            }
+            None => {
                 columns.push(c.clone());
                 new_fields.push(f.as_ref().clone());
             }

@@ -363,6 +363,8 @@ fn bind_parameters(
     portal: &Portal<Prepared>,
     types: &[Option<DataType>],
 ) -> PgWireResult<ParamValues> {
+    let as_text = crate::textparams::text_parameters(portal)?;
+    let portal = as_text.as_ref().unwrap_or(portal);
     let hinted = |i: usize| {
         portal
             .statement

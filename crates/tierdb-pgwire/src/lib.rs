@@ -54,6 +54,7 @@ mod sizes;
 mod stop;
 mod systemcols;
 mod tableoid;
+mod textparams;
 mod tls;
 
 use std::sync::Arc;

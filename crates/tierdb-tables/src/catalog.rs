@@ -87,7 +87,7 @@ pub async fn list_views(kv: &dyn KvRead) -> Result<Vec<crate::views::ViewDef>> {
 
 /// The column types tierdb stores. Each maps to one Arrow type and one Parquet physical type.
 /// Variants are only ever added (a catalog names them by their serde name).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ColumnType {
     Boolean,
@@ -119,6 +119,12 @@ pub enum ColumnType {
     TimestampTz,
     /// BYTEA.
     Binary,
+    /// UUID: stored as its canonical text (lowercase, hyphenated; `pgtext.rs`).
+    Uuid,
+    /// JSON: stored as the text written, checked to be JSON (`pgtext.rs`).
+    Json,
+    /// JSONB: stored as PostgreSQL's normalized text of the value (`pgtext.rs`).
+    Jsonb,
 }
 
 /// The Arrow field metadata key of a column's declared SQL type, where Arrow's type does not
@@ -138,9 +144,12 @@ impl ColumnType {
             ColumnType::Int64 => DataType::Int64,
             ColumnType::Float32 => DataType::Float32,
             ColumnType::Float64 => DataType::Float64,
-            ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. } => {
-                DataType::Utf8
-            }
+            ColumnType::Utf8
+            | ColumnType::Varchar { .. }
+            | ColumnType::Char { .. }
+            | ColumnType::Uuid
+            | ColumnType::Json
+            | ColumnType::Jsonb => DataType::Utf8,
             ColumnType::Date32 => DataType::Date32,
             ColumnType::Decimal { precision, scale } => DataType::Decimal128(precision, scale),
             ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
@@ -170,7 +179,7 @@ impl ColumnType {
                 return Err(TableError::Schema(format!(
                     "column {column}: type {other} is not supported; use BOOLEAN, SMALLINT, \
                      INT, BIGINT, REAL, DOUBLE, TEXT, VARCHAR(n), CHAR(n), DATE, \
-                     DECIMAL(p,s), TIMESTAMP, TIMESTAMPTZ or BYTEA"
+                     DECIMAL(p,s), TIMESTAMP, TIMESTAMPTZ, BYTEA, UUID, JSON or JSONB"
                 )));
             }
         })
@@ -193,7 +202,20 @@ impl ColumnType {
             ColumnType::Timestamp => "TIMESTAMP".into(),
             ColumnType::TimestampTz => "TIMESTAMPTZ".into(),
             ColumnType::Binary => "BYTEA".into(),
+            ColumnType::Uuid => "UUID".into(),
+            ColumnType::Json => "JSON".into(),
+            ColumnType::Jsonb => "JSONB".into(),
         }
+    }
+
+    /// Whether the Arrow type does not say this type (it is stored as text, or with a
+    /// length): such a column carries its SQL spelling in its field's [`DECLARED_TYPE`].
+    pub fn needs_declaration(self) -> bool {
+        self.max_chars().is_some()
+            || matches!(
+                self,
+                ColumnType::Uuid | ColumnType::Json | ColumnType::Jsonb
+            )
     }
 
     /// The most characters a value may have (VARCHAR(n), CHAR(n)).
@@ -220,6 +242,9 @@ impl ColumnType {
             (ColumnType::Utf8, Sql::Char(l) | Sql::Character(l)) => ColumnType::Char {
                 len: len(l).unwrap_or(1),
             },
+            (ColumnType::Utf8, Sql::Uuid) => ColumnType::Uuid,
+            (ColumnType::Utf8, Sql::JSON) => ColumnType::Json,
+            (ColumnType::Utf8, Sql::JSONB) => ColumnType::Jsonb,
             _ => self,
         }
     }
@@ -272,13 +297,14 @@ impl TableDef {
                 .iter()
                 .map(|c| {
                     let f = Field::new(&c.name, c.ty.arrow(), c.nullable);
-                    match c.ty.max_chars() {
-                        Some(_) => f.with_metadata(
+                    if c.ty.needs_declaration() {
+                        f.with_metadata(
                             [(DECLARED_TYPE.to_string(), c.ty.sql())]
                                 .into_iter()
                                 .collect(),
-                        ),
-                        None => f,
+                        )
+                    } else {
+                        f
                     }
                 })
                 .collect::<Vec<_>>(),

@@ -68,7 +68,12 @@ fn delta_type(ty: ColumnType) -> String {
         ColumnType::Int64 => "long".into(),
         ColumnType::Float32 => "float".into(),
         ColumnType::Float64 => "double".into(),
-        ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. } => "string".into(),
+        ColumnType::Utf8
+        | ColumnType::Varchar { .. }
+        | ColumnType::Char { .. }
+        | ColumnType::Uuid
+        | ColumnType::Json
+        | ColumnType::Jsonb => "string".into(),
         ColumnType::Date32 => "date".into(),
         ColumnType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
         // Delta's `timestamp` is an instant (UTC microseconds), `timestamp_ntz` a local one.

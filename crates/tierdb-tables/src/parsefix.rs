@@ -10,6 +10,9 @@
 //! 2. `nextval('s'::regclass)` (also `currval`, `setval`): PostgreSQL's tools write a
 //!    sequence's name as a `regclass` (pg_dump's and psql's column defaults), a type tierdb
 //!    does not have; its sequence functions take the name as text, so the cast is dropped.
+//! 3. A cast to UUID, JSON or JSONB (`x::uuid`, `CAST(x AS jsonb)`, `UUID '…'`) is the
+//!    call of the function that checks and canonicalizes the text (`pgtext.rs`): those
+//!    types are stored as text, and DataFusion has no casts to them.
 
 use std::ops::ControlFlow;
 
@@ -27,6 +30,7 @@ impl VisitorMut for Repair {
 
     fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
         sequence_name_casts(e);
+        text_type_casts(e);
         if matches!(e, Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..)) {
             let taken = std::mem::replace(
                 e,
@@ -67,6 +71,55 @@ fn sequence_name_casts(e: &mut Expr) {
     {
         *first = expr.as_ref().clone();
     }
+}
+
+/// Rule 3.
+fn text_type_casts(e: &mut Expr) {
+    use datafusion::sql::sqlparser::ast::{
+        Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
+        ObjectName, ObjectNamePart, Value,
+    };
+    let (arg, ty) = match e {
+        Expr::Cast {
+            expr, data_type, ..
+        } => match crate::pgtext::cast_target(data_type) {
+            Some(ty) => (expr.as_ref().clone(), ty),
+            None => return,
+        },
+        Expr::TypedString(t) => match crate::pgtext::cast_target(&t.data_type) {
+            Some(ty) => (Expr::Value(t.value.clone()), ty),
+            None => return,
+        },
+        _ => return,
+    };
+    let Some(name) = crate::pgtext::cast_function(ty) else {
+        return;
+    };
+    // A NULL literal has no type; the function takes text.
+    let arg = match arg {
+        Expr::Value(v) if matches!(v.value, Value::Null) => Expr::Cast {
+            kind: datafusion::sql::sqlparser::ast::CastKind::DoubleColon,
+            expr: Box::new(Expr::Value(v)),
+            data_type: datafusion::sql::sqlparser::ast::DataType::Text,
+            array: false,
+            format: None,
+        },
+        other => other,
+    };
+    *e = Expr::Function(Function {
+        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))],
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    });
 }
 
 /// `l IS [NOT] DISTINCT FROM (r1 AND|OR r2)` (unparenthesized) as
@@ -131,6 +184,22 @@ mod tests {
         assert_eq!(
             fixed("SELECT 'pg_class'::regclass"),
             "SELECT 'pg_class'::REGCLASS"
+        );
+    }
+
+    #[test]
+    fn casts_to_text_stored_types_are_their_checking_functions() {
+        assert_eq!(
+            fixed("SELECT 'x'::uuid, CAST(a AS JSONB), '{}'::json, NULL::jsonb"),
+            "SELECT tierdb_uuid('x'), tierdb_jsonb(a), tierdb_json('{}'), tierdb_jsonb(NULL::TEXT)"
+        );
+        assert_eq!(
+            fixed("SELECT UUID 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'"),
+            "SELECT tierdb_uuid('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11')"
+        );
+        assert_eq!(
+            fixed("CREATE TABLE t (a UUID, b JSONB)"),
+            "CREATE TABLE t (a UUID, b JSONB)"
         );
     }
 

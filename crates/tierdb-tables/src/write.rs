@@ -218,7 +218,8 @@ fn joined(
 
 /// `batch` with the table's exact schema: same-named columns cast where the types differ
 /// (e.g. string views from a scan), NOT NULL checked (by the schema), VARCHAR(n) and
-/// CHAR(n) lengths enforced (22001) and CHAR(n) padded with spaces.
+/// CHAR(n) lengths enforced (22001) and CHAR(n) padded with spaces, UUID, JSON and JSONB
+/// values checked (22P02) and canonical (`pgtext.rs`).
 pub(crate) fn conform(
     batch: RecordBatch,
     def: &TableDef,
@@ -256,6 +257,9 @@ pub(crate) fn conform(
         columns.push(match c.ty {
             ColumnType::Varchar { len } => check_length(array, &c.name, c.ty, len, false)?,
             ColumnType::Char { len } => check_length(array, &c.name, c.ty, len, true)?,
+            ColumnType::Uuid | ColumnType::Json | ColumnType::Jsonb => {
+                crate::pgtext::conform(array, c.ty)?
+            }
             _ => array,
         });
     }

@@ -27,6 +27,8 @@ enum Value<'a> {
     F32(f32),
     F64(f64),
     Str(&'a str),
+    /// Text rewritten to its type's canonical form (UUID, JSONB).
+    Owned(String),
     Date(i32),
     Dec(i128),
     /// Microseconds since the epoch.
@@ -44,6 +46,8 @@ enum Col {
     F64(Float64Builder),
     /// Text; the most characters a value may have (VARCHAR(n), CHAR(n)).
     Str(StringBuilder, Option<u32>),
+    /// UUID, JSON or JSONB: text checked and made canonical (`pgtext.rs`).
+    Typed(StringBuilder, ColumnType),
     Date(Date32Builder),
     Dec(Decimal128Builder, u8, i8),
     /// Timestamps: with a time zone (an instant) or without.
@@ -62,6 +66,9 @@ impl Col {
             ColumnType::Float64 => Col::F64(Float64Builder::with_capacity(n)),
             ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. } => {
                 Col::Str(StringBuilder::with_capacity(n, n * 16), ty.max_chars())
+            }
+            ColumnType::Uuid | ColumnType::Json | ColumnType::Jsonb => {
+                Col::Typed(StringBuilder::with_capacity(n, n * 36), ty)
             }
             ColumnType::Timestamp => Col::Ts(TimestampMicrosecondBuilder::with_capacity(n), false),
             ColumnType::TimestampTz => Col::Ts(
@@ -97,6 +104,12 @@ impl Col {
                 return Err(format!("{s:?} is longer than {max} characters"));
             }
             Col::Str(_, _) => Value::Str(s),
+            Col::Typed(_, ty) => match crate::pgtext::canonical(*ty, s) {
+                Some(Ok(std::borrow::Cow::Borrowed(v))) => Value::Str(v),
+                Some(Ok(std::borrow::Cow::Owned(v))) => Value::Owned(v),
+                Some(Err(e)) => return Err(e.to_string()),
+                None => Value::Str(s),
+            },
             Col::Ts(_, tz) => Value::Ts(
                 crate::textvalue::timestamp_micros(t, *tz)
                     .ok_or_else(|| format!("{s:?} is not a timestamp (YYYY-MM-DD HH:MM:SS)"))?,
@@ -129,7 +142,8 @@ impl Col {
             (Col::I64(b), Value::I64(x)) => b.append_value(*x),
             (Col::F32(b), Value::F32(x)) => b.append_value(*x),
             (Col::F64(b), Value::F64(x)) => b.append_value(*x),
-            (Col::Str(b, _), Value::Str(x)) => b.append_value(x),
+            (Col::Str(b, _) | Col::Typed(b, _), Value::Str(x)) => b.append_value(x),
+            (Col::Typed(b, _), Value::Owned(x)) => b.append_value(x),
             (Col::Date(b), Value::Date(x)) => b.append_value(*x),
             (Col::Dec(b, _, _), Value::Dec(x)) => b.append_value(*x),
             (Col::Ts(b, _), Value::Ts(x)) => b.append_value(*x),
@@ -140,7 +154,7 @@ impl Col {
             (Col::I64(b), _) => b.append_null(),
             (Col::F32(b), _) => b.append_null(),
             (Col::F64(b), _) => b.append_null(),
-            (Col::Str(b, _), _) => b.append_null(),
+            (Col::Str(b, _) | Col::Typed(b, _), _) => b.append_null(),
             (Col::Date(b), _) => b.append_null(),
             (Col::Dec(b, _, _), _) => b.append_null(),
             (Col::Ts(b, _), _) => b.append_null(),
@@ -156,7 +170,7 @@ impl Col {
             Col::I64(b) => Arc::new(b.finish()),
             Col::F32(b) => Arc::new(b.finish()),
             Col::F64(b) => Arc::new(b.finish()),
-            Col::Str(b, _) => Arc::new(b.finish()),
+            Col::Str(b, _) | Col::Typed(b, _) => Arc::new(b.finish()),
             Col::Date(b) => Arc::new(b.finish()),
             Col::Dec(b, _, _) => Arc::new(b.finish()),
             Col::Ts(b, _) => Arc::new(b.finish()),

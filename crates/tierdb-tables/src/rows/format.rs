@@ -6,7 +6,7 @@
 //! | 1 | [`ROW_FORMAT_VERSION`] (1) |
 //! | 2 | column count `n`, u16 little-endian |
 //! | ⌈n/8⌉ | NULL bitmap: bit `i % 8` of byte `i / 8` set when column `i` is NULL |
-//! | … | each non-NULL column in order: BOOLEAN 1 byte; SMALLINT 2, INT and DATE 4, BIGINT and TIMESTAMP(TZ) 8 (µs), REAL 4, DOUBLE 8 (IEEE bits), DECIMAL 16 (unscaled i128): all little-endian; TEXT, VARCHAR, CHAR and BYTEA a u32 little-endian length, then the bytes |
+//! | … | each non-NULL column in order: BOOLEAN 1 byte; SMALLINT 2, INT and DATE 4, BIGINT and TIMESTAMP(TZ) 8 (µs), REAL 4, DOUBLE 8 (IEEE bits), DECIMAL 16 (unscaled i128): all little-endian; TEXT, VARCHAR, CHAR, UUID, JSON, JSONB (their canonical text) and BYTEA a u32 little-endian length, then the bytes |
 //!
 //! Invariants:
 //!
@@ -142,7 +142,12 @@ fn decode_value(r: &mut Reader<'_>, ty: ColumnType) -> std::result::Result<Scala
         ColumnType::Decimal { precision, scale } => {
             ScalarValue::Decimal128(Some(i128::from_le_bytes(r.array()?)), precision, scale)
         }
-        ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. } => {
+        ColumnType::Utf8
+        | ColumnType::Varchar { .. }
+        | ColumnType::Char { .. }
+        | ColumnType::Uuid
+        | ColumnType::Json
+        | ColumnType::Jsonb => {
             let len = u32::from_le_bytes(r.array()?) as usize;
             let b = r.take(len)?;
             let s = std::str::from_utf8(b).map_err(|e| format!("text is not UTF-8: {e}"))?;

@@ -150,7 +150,11 @@ impl SqlSession {
                  constraints) are not supported"
             )));
         }
-        let probe = crate::sql::parse(&format!("CREATE TABLE __tierdb_probe ({c})"))?
+        let mut stored = c.clone();
+        if let Some(t) = crate::pgtext::stored_sql_type(&c.data_type) {
+            stored.data_type = t;
+        }
+        let probe = crate::sql::parse(&format!("CREATE TABLE __tierdb_probe ({stored})"))?
             .pop()
             .ok_or_else(|| TableError::Schema(format!("ADD COLUMN {c}: no column")))?;
         let plan = self.ctx.state().statement_to_plan(probe).await?;

@@ -160,8 +160,14 @@ impl SqlSession {
                     other => other,
                 };
             }
-            // What the Arrow schema does not carry: VARCHAR(n), CHAR(n).
+            // What the Arrow schema does not carry: VARCHAR(n), CHAR(n), and the types
+            // stored as text (UUID, JSON, JSONB), which DataFusion plans as TEXT.
             declared = ct.columns.iter().map(|c| c.data_type.clone()).collect();
+            for c in &mut ct.columns {
+                if let Some(stored) = crate::pgtext::stored_sql_type(&c.data_type) {
+                    c.data_type = stored;
+                }
+            }
         }
         // The session state is cloned (all its function maps) only where a plan is made.
         let plan = match plan {

@@ -187,6 +187,10 @@ impl SqlEngine {
                 datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules,
                 check() as _,
             ));
+        // PostgreSQL's JSON operators (`jsonops.rs`).
+        if let Some(planners) = state.expr_planners() {
+            planners.insert(0, Arc::new(crate::jsonops::JsonOperators));
+        }
         let cards = options
             .join_reorder
             .then(|| Arc::new(Cardinalities::default()));
@@ -214,6 +218,12 @@ impl SqlEngine {
         }
         ctx.register_udaf(crate::checked::SumAsNumeric::udaf());
         for f in crate::unknowntext::functions() {
+            ctx.register_udf(f);
+        }
+        for f in crate::pgtext::functions() {
+            ctx.register_udf(f);
+        }
+        for f in crate::jsonops::functions() {
             ctx.register_udf(f);
         }
         for f in crate::rows::sequence::functions(&tables) {
