@@ -3,9 +3,9 @@ pg_catalog, against PostgreSQL 15 as the oracle: the same tables are made on bot
 servers, then psql's `\\d` (columns, defaults, the "Indexes:" list) and `\\di` must print
 the same, and pg_dump 15 must write the same key and index statements. A dump of tierdb
 restored with psql into a fresh tierdb database gives back the same tables: the rows,
-row tables again (a duplicate key is refused with 23505), their indexes and defaults.
-Not yet: a SERIAL column's sequence is not in pg_class, so a dump does not recreate it
-(the restored default names a sequence that does not exist).
+row tables again (a duplicate key is refused with 23505), their indexes and defaults,
+and a SERIAL column's sequence (CREATE SEQUENCE, OWNED BY, the default added after it,
+its value by setval): the restored table draws new keys past the old ones.
 
 Needs `tierdb` (TIERDB_BIN), psql, pg_dump and PostgreSQL 15 (scripts/postgres.sh)."""
 
@@ -42,6 +42,7 @@ SETUP = [
     'ALTER TABLE "Pair" ADD CONSTRAINT pair_c UNIQUE (c)',
     "CREATE TABLE ser (id SERIAL PRIMARY KEY, v TEXT)",
     "INSERT INTO ser (v) VALUES ('a'), ('b')",
+    "CREATE SEQUENCE free_seq INCREMENT BY 3 START WITH 7",
     "CREATE TABLE plain (n BIGINT, s TEXT)",
     "INSERT INTO plain VALUES (1, 'one')",
 ]
@@ -85,19 +86,21 @@ def dump(server):
 
 
 def key_statements(text):
-    """The statements of a dump that make keys and indexes, one string each (not the
-    ALTER TABLE … SET DEFAULT that PostgreSQL's dump writes for a SERIAL column: tierdb's
-    sequences are not in pg_class, so its dump writes the default in CREATE TABLE)."""
+    """The statements of a dump that make keys, indexes and sequences, one string each.
+    A default's sequence name is compared without its schema: PostgreSQL writes the
+    regclass as the dump's empty search path shows it (`'public.ser_id_seq'`), tierdb as
+    psql's `\\d` shows it."""
     out, current = [], None
     for line in text.splitlines():
-        if line.startswith(("ALTER TABLE ONLY", "CREATE INDEX", "CREATE UNIQUE INDEX")):
+        if line.startswith(("ALTER TABLE ONLY", "CREATE INDEX", "CREATE UNIQUE INDEX",
+                            "CREATE SEQUENCE", "ALTER SEQUENCE")):
             current = [line]
         elif current is not None:
             current.append(line.strip())
         if current is not None and line.endswith(";"):
             out.append(" ".join(current))
             current = None
-    return sorted(s for s in out if "ALTER COLUMN" not in s)
+    return sorted(s.replace("nextval('public.", "nextval('") for s in out)
 
 
 @pytest.mark.parametrize("table", ["acct", '"Pair"', "ser", "plain"])
@@ -119,7 +122,8 @@ def test_index_list_is_postgresqls(servers):
 def test_pg_dump_writes_the_keys_and_indexes_postgresql_writes(servers):
     got = {name: key_statements(dump(s)) for name, s in servers.items()}
     assert got["tierdb"] == got["postgres"], got
-    assert len(got["tierdb"]) == 7, got
+    # 7 keys and indexes; 2 sequences, the SERIAL one's OWNED BY, its default.
+    assert len(got["tierdb"]) == 11, got
 
 
 def test_a_dump_restores_row_tables_with_their_keys(servers, tmp_path):
@@ -132,7 +136,8 @@ def test_a_dump_restores_row_tables_with_their_keys(servers, tmp_path):
                             "-U", "tierdb", "tierdb"], input=text, capture_output=True, text=True,
                            timeout=300, env=dict(os.environ, PGPASSWORD=engines.PASSWORD))
         assert p.returncode == 0, p.stderr
-        for table in ["acct", '"Pair"', "plain"]:
+        assert psql(restored, "\\ds") == psql(servers["tierdb"], "\\ds")
+        for table in ["acct", '"Pair"', "plain", "ser"]:
             assert psql(restored, f"\\d {table}") == psql(servers["tierdb"], f"\\d {table}")
             order = "1, 2" if table != "plain" else "1"
             query = f"SELECT * FROM {table} ORDER BY {order}"
@@ -148,6 +153,14 @@ def test_a_dump_restores_row_tables_with_their_keys(servers, tmp_path):
                 c.execute("INSERT INTO \"Pair\" VALUES (2, 'z', 20)")
             c.execute("INSERT INTO acct (id, owner) VALUES (4, 'dee')")
             assert c.execute("SELECT tier FROM acct WHERE id = 4").fetchone() == (3,)
+            # The sequence goes on past the keys the dump holds, and is dropped with its table.
+            c.execute("INSERT INTO ser (v) VALUES ('c')")
+            new = c.execute("SELECT id FROM ser WHERE v = 'c'").fetchone()[0]
+            assert new > 2, new
+            assert c.execute("SELECT nextval('free_seq')").fetchone() == (7,)
+            c.execute("DROP TABLE ser")
+            with pytest.raises(psycopg.errors.UndefinedTable):
+                c.execute("SELECT nextval('ser_id_seq')")
 
 
 class engines_tierdb_at:

@@ -1,6 +1,8 @@
 //! Rule 8 of `pgcatalog.rs`: `pg_class`, `pg_index`, `pg_constraint` and `pg_attrdef` with
-//! the keys, indexes and defaults of tierdb's tables (`keys.rs`), as tables whose rows are
-//! built when a query scans them, not when it names them.
+//! the keys, indexes and defaults of tierdb's tables (`keys.rs`), `pg_class` and
+//! `pg_sequence` with its sequences (`sequences.rs`), and `pg_depend` with what depends on
+//! what among them and views, as tables whose rows are built when a query scans them, not
+//! when it names them.
 //!
 //! Why lazily: the rows need each table's `pg_class` oid, so building them scans
 //! datafusion-pg-catalog's `pg_class`; that scan asks every catalog table for its schema,
@@ -21,7 +23,14 @@ use tierdb_tables::tables::Tables;
 use crate::keys::{self, Keys, Relations};
 
 /// The catalog tables of rule 8.
-pub(crate) const KEYED_TABLES: [&str; 4] = ["pg_class", "pg_index", "pg_constraint", "pg_attrdef"];
+pub(crate) const KEYED_TABLES: [&str; 6] = [
+    "pg_class",
+    "pg_index",
+    "pg_constraint",
+    "pg_attrdef",
+    "pg_sequence",
+    "pg_depend",
+];
 
 /// One of [`KEYED_TABLES`].
 #[derive(Debug)]
@@ -74,24 +83,59 @@ impl KeyedTable {
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let keys = Keys::of(&defs);
+        let sequences = self
+            .tables
+            .sequences()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let sequences = crate::sequences::entries(&sequences, &defs);
         let missing = || DataFusionError::Plan(format!("pg_catalog.{} is missing", self.name));
         let table = self.inner.table(self.name).await?.ok_or_else(missing)?;
+        let namespace = || async { self.inner.table("pg_namespace").await?.ok_or_else(missing) };
         let relations = match keys == Keys::default() {
             true => Relations::new(),
             false => {
                 let class = self.inner.table("pg_class").await?.ok_or_else(missing)?;
-                let namespace = self
-                    .inner
-                    .table("pg_namespace")
-                    .await?
-                    .ok_or_else(missing)?;
-                keys::public_relations(class, namespace).await?
+                keys::public_relations(class, namespace().await?).await?
             }
         };
         let schema = table.schema();
         Ok(match self.name {
             "pg_class" => {
-                crate::pgcatalog::patched(self.name, keys::with_indexes(table, &keys, &relations)?)?
+                let public = match sequences.is_empty() {
+                    true => None,
+                    false => keys::public_namespace(namespace().await?).await?,
+                };
+                crate::pgcatalog::patched(
+                    self.name,
+                    crate::sequences::with_sequences(
+                        keys::with_indexes(table, &keys, &relations)?,
+                        &sequences,
+                        public,
+                    )?,
+                )?
+            }
+            "pg_sequence" => crate::sequences::pg_sequence(&schema, &sequences)?,
+            "pg_depend" => {
+                let class = self.inner.table("pg_class").await?.ok_or_else(missing)?;
+                let views = self
+                    .tables
+                    .views()
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                let more = match sequences.is_empty() {
+                    true => Vec::new(),
+                    false => {
+                        let relations =
+                            keys::public_relations(class.clone(), namespace().await?).await?;
+                        crate::sequences::dependencies(&sequences, &keys, &relations)
+                    }
+                };
+                keys::with_dependencies(
+                    crate::declared::with_view_dependencies(table, class, &views)?,
+                    &keys,
+                    more,
+                )?
             }
             "pg_index" => keys::pg_index(&schema, &keys, &relations)?,
             "pg_constraint" => keys::pg_constraint(&schema, &keys, &relations)?,

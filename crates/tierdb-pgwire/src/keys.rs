@@ -232,7 +232,11 @@ fn as_postgresql_writes(sql: &str) -> String {
         .strip_prefix("nextval('")
         .and_then(|rest| rest.strip_suffix("')"))
     {
-        Some(name) if !name.contains('\'') => format!("nextval('{name}'::regclass)"),
+        // A name in the search path is written bare, as PostgreSQL's regclass output is.
+        Some(name) if !name.contains('\'') => {
+            let name = name.strip_prefix("public.").unwrap_or(name);
+            format!("nextval('{name}'::regclass)")
+        }
         _ => sql.to_string(),
     }
 }
@@ -355,7 +359,7 @@ fn int2_array(values: &[(String, i16)]) -> ScalarValue {
 }
 
 /// A row of a catalog table: its table (rule 3) and the values of the columns it sets.
-type Row = (String, Vec<(&'static str, ScalarValue)>);
+pub(crate) type Row = (String, Vec<(&'static str, ScalarValue)>);
 
 /// The tables of `public` by name: their `pg_class` oid and schema oid (rule 3).
 pub(crate) type Relations = HashMap<String, (i32, i32)>;
@@ -400,9 +404,26 @@ pub(crate) async fn public_relations(
     Ok(out)
 }
 
+/// The oid of the `public` schema as `namespace` (`pg_namespace`) lists it.
+pub(crate) async fn public_namespace(namespace: Arc<dyn TableProvider>) -> Result<Option<i32>> {
+    use datafusion::arrow::array::AsArray;
+    let ctx = datafusion::prelude::SessionContext::new();
+    let batches = ctx
+        .read_table(namespace)?
+        .filter(col("nspname").eq(lit(tierdb_tables::sql::SCHEMA)))?
+        .select(vec![cast(col("oid"), DataType::Int32).alias("oid")])?
+        .collect()
+        .await?;
+    Ok(batches.iter().find(|b| b.num_rows() > 0).map(|b| {
+        b.column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int32Type>()
+            .value(0)
+    }))
+}
+
 /// What a column of `filled` takes from its row's table (rule 3).
 #[derive(Clone, Copy)]
-enum FromTable {
+pub(crate) enum FromTable {
     Oid,
     Namespace,
 }
@@ -411,7 +432,7 @@ enum FromTable {
 /// columns of `filled` taken from the row's table in `relations`; a column a row does not
 /// set is NULL, or zero, false or empty where NULL is not allowed. A row whose table is not
 /// in `relations` is left out.
-fn stored(
+pub(crate) fn stored(
     schema: &SchemaRef,
     rows: &[Row],
     filled: &[(&'static str, FromTable)],
@@ -699,6 +720,7 @@ const PG_CONSTRAINT_OID: i32 = 2606;
 pub(crate) fn with_dependencies(
     depend: Arc<dyn TableProvider>,
     keys: &Keys,
+    more: Vec<Row>,
 ) -> Result<Arc<dyn TableProvider>> {
     let primary: HashMap<&str, i32> = keys
         .constraints
@@ -706,7 +728,7 @@ pub(crate) fn with_dependencies(
         .filter(|c| c.kind == "p")
         .map(|c| (c.table.as_str(), c.oid))
         .collect();
-    let rows: Vec<Row> = keys
+    let mut rows: Vec<Row> = keys
         .constraints
         .iter()
         .filter(|c| c.kind == "u")
@@ -727,6 +749,7 @@ pub(crate) fn with_dependencies(
             ))
         })
         .collect();
+    rows.extend(more);
     if rows.is_empty() {
         return Ok(depend);
     }

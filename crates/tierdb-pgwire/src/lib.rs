@@ -48,6 +48,7 @@ mod keysql;
 mod parse;
 mod pgcatalog;
 mod psqlfns;
+mod sequences;
 mod show;
 mod simple;
 mod sizes;

@@ -32,6 +32,7 @@ pub(crate) fn parse(
     let sql = &search_path_schemas(sql);
     let sql = &copy_booleans(sql);
     let sql = &vacuum(sql);
+    let sql = &tierdb_tables::sql::rewrite_alter_sequence(sql);
     let mut statements = parse_unrepaired(parser, sql)?;
     for s in &mut statements {
         tierdb_tables::parsefix::repair(s);
@@ -129,7 +130,7 @@ fn names_sequence_as_regclass(sql: &str) -> bool {
 fn parsed_before_rules(
     parser: &PostgresCompatibilityParser,
     sql: &str,
-    first: fn(&mut Statement),
+    first: &dyn Fn(&mut Statement),
 ) -> Option<Vec<Statement>> {
     use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
     let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
@@ -148,10 +149,23 @@ fn parse_unrepaired(
     parser: &PostgresCompatibilityParser,
     sql: &str,
 ) -> PgWireResult<Vec<Statement>> {
-    let parsed = if sql.contains("pg_attrdef") {
-        parsed_before_rules(parser, sql, crate::keysql::default_lookups).ok_or(())
-    } else if names_sequence_as_regclass(sql) {
-        parsed_before_rules(parser, sql, tierdb_tables::parsefix::repair).ok_or(())
+    let (attrdef, sequence, catalog) = (
+        sql.contains("pg_attrdef"),
+        names_sequence_as_regclass(sql),
+        crate::systemcols::names_catalog_regclass(sql),
+    );
+    let first = |s: &mut Statement| {
+        if catalog {
+            crate::systemcols::catalog_regclass(s);
+        }
+        if attrdef {
+            crate::keysql::default_lookups(s);
+        } else if sequence {
+            tierdb_tables::parsefix::repair(s);
+        }
+    };
+    let parsed = if attrdef || sequence || catalog {
+        parsed_before_rules(parser, sql, &first).ok_or(())
     } else {
         Err(())
     }

@@ -198,24 +198,6 @@ impl SchemaProvider for Owned {
             }
             "pg_class" | "pg_partitioned_table" | "pg_policy" | "pg_proc" => patched(name, table)?,
             "pg_namespace" => with_information_schema(table)?,
-            "pg_depend" => match (&self.tables, self.inner.table("pg_class").await?) {
-                (Some(tables), Some(class)) => {
-                    let views = tables
-                        .views()
-                        .await
-                        .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                    let defs = tables
-                        .tables()
-                        .await
-                        .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                    let keys = crate::keys::Keys::of(&defs);
-                    crate::keys::with_dependencies(
-                        crate::declared::with_view_dependencies(table, class, &views)?,
-                        &keys,
-                    )?
-                }
-                _ => table,
-            },
             _ => table,
         }))
     }
@@ -440,8 +422,11 @@ impl<'a> OwnerChange<'a> {
         }
         let table =
             tierdb_tables::sql::relation_name(self.name).unwrap_or_else(|| self.name.to_string());
-        // PostgreSQL takes ALTER TABLE … OWNER TO for views too (pg_dump writes it so).
-        if !matches!(session.tables().view(&table).await, Ok(Some(_))) {
+        // PostgreSQL takes ALTER TABLE … OWNER TO for views and sequences too (pg_dump
+        // writes it so).
+        if !matches!(session.tables().view(&table).await, Ok(Some(_)))
+            && !matches!(session.tables().sequence(&table).await, Ok(Some(_)))
+        {
             session.tables().require(&table).await?;
         }
         Ok("ALTER TABLE")

@@ -3,6 +3,11 @@
 //! table's own OID, `xmin` (DataGrip's change detection) a constant transaction id. A
 //! rewrite of the statement: each `alias.tableoid` becomes the OID of the table `alias`
 //! names. Pure: tested without a socket.
+//!
+//! A catalog table named as a `regclass` (`'pg_class'::regclass`, as pg_dump joins
+//! `pg_depend` on `classid`) is its OID too ([`catalog_regclass`]): datafusion-pg-catalog
+//! looks such a name up in the current schema only, where PostgreSQL's search path has
+//! `pg_catalog` first, and found none (no sequence's owner in a dump).
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -83,6 +88,36 @@ fn catalog_oid(table: &str) -> Option<u32> {
 const XMIN: &str = "1";
 
 /// Rewrites `tableoid` and `xmin` of catalog tables in `stmt` into constants.
+/// Each `'pg_x'::regclass` (or `'pg_catalog.pg_x'`) of a catalog table as its OID (module
+/// doc); applied before datafusion-pg-catalog's rewrite of regclass casts.
+pub(crate) fn catalog_regclass(stmt: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::DataType;
+    let _ = visit_expressions_mut(stmt, |e| {
+        if let Expr::Cast {
+            expr, data_type, ..
+        } = e
+            && (matches!(data_type, DataType::Regclass)
+                || matches!(data_type, DataType::Custom(n, _) if n
+                    .0
+                    .last()
+                    .and_then(|p| p.as_ident())
+                    .is_some_and(|i| i.value.eq_ignore_ascii_case("regclass"))))
+            && let Expr::Value(v) = expr.as_ref()
+            && let Value::SingleQuotedString(name) = &v.value
+            && let Some(oid) = catalog_oid(name.strip_prefix("pg_catalog.").unwrap_or(name))
+        {
+            *e = Expr::value(Value::Number(oid.to_string(), false));
+        }
+        ControlFlow::<()>::Continue(())
+    });
+}
+
+/// Whether `sql` may name a catalog table as a `regclass` ([`catalog_regclass`]).
+pub(crate) fn names_catalog_regclass(sql: &str) -> bool {
+    let lower = sql.to_ascii_lowercase();
+    lower.contains("::regclass") && lower.contains("'pg_")
+}
+
 pub(crate) fn rewrite(stmt: &mut Statement) {
     let mut tables = Aliases::default();
     let _ = stmt.visit(&mut tables);
@@ -269,6 +304,22 @@ mod tests {
             .remove(0);
         rewrite(&mut s);
         s.to_string()
+    }
+
+    #[test]
+    fn a_catalog_table_named_as_regclass_is_its_oid() {
+        let sql = "SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass \
+                   AND d.refclassid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass \
+                   AND d.objid = 'my_table'::regclass";
+        assert!(names_catalog_regclass(sql));
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .expect("parses")
+            .remove(0);
+        catalog_regclass(&mut s);
+        let got = s.to_string();
+        assert!(got.contains("d.classid = 1259"), "{got}");
+        assert!(got.contains("d.refclassid = 2604"), "{got}");
+        assert!(got.contains("'my_table'::REGCLASS"), "{got}");
     }
 
     #[test]

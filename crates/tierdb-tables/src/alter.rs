@@ -40,6 +40,12 @@ pub enum TableChange {
         name: String,
         if_exists: bool,
     },
+    /// ALTER COLUMN … SET DEFAULT (the expression's SQL text, planned once to check it) or
+    /// DROP DEFAULT (`None`).
+    Default {
+        name: String,
+        sql: Option<String>,
+    },
 }
 
 fn column_error(code: &'static str, message: String) -> TableError {
@@ -129,6 +135,21 @@ async fn apply(
                     max: None,
                     nulls: s.rows,
                 });
+            }
+        }
+        TableChange::Default { name, sql } => {
+            if def.column_index(name).is_none() {
+                return Err(column_error(
+                    "42703",
+                    format!(
+                        "column \"{name}\" of relation \"{}\" does not exist",
+                        def.name
+                    ),
+                ));
+            }
+            def.defaults.retain(|(c, _)| c != name);
+            if let Some(sql) = sql {
+                def.defaults.push((name.clone(), sql.clone()));
             }
         }
         TableChange::NotNull { name, not_null } => {

@@ -502,6 +502,9 @@ pub struct TierSchema {
     names: RwLock<Vec<String>>,
     /// The views among `names` (listed, never scanned: see `views.rs`).
     views: RwLock<std::collections::HashSet<String>>,
+    /// The sequences, which a query may read as relations but which are not listed as
+    /// tables.
+    sequences: RwLock<std::collections::HashSet<String>>,
     counters: Arc<ScanCounters>,
     options: RwLock<ScanOptions>,
     /// [`Tables::generation`] + 1 as of the last listing (0: never listed).
@@ -516,6 +519,7 @@ impl TierSchema {
             tables,
             names: RwLock::new(Vec::new()),
             views: RwLock::new(Default::default()),
+            sequences: RwLock::new(Default::default()),
             counters,
             options: RwLock::new(ScanOptions::default()),
             expr_state: Default::default(),
@@ -546,7 +550,15 @@ impl TierSchema {
             .map(|v| v.name)
             .collect();
         names.extend(views.iter().cloned());
+        let sequences = self
+            .tables
+            .sequences()
+            .await?
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
         *self.names.write() = names;
+        *self.sequences.write() = sequences;
         *self.views.write() = views;
         // generation + 1: 0 means never listed.
         self.listed.store(generation + 1, Ordering::Release);
@@ -602,6 +614,9 @@ impl SchemaProvider for TierSchema {
             if !rows_of && let Some(view) = self.tables.view(name).await? {
                 return Ok(Some(Arc::new(crate::views::ViewListing::new(view))));
             }
+            if !rows_of && let Some(seq) = self.tables.sequence(name).await? {
+                return Ok(Some(sequence_relation(&self.tables, &seq)?));
+            }
             return Ok(None);
         };
         if def.is_row_table() {
@@ -625,6 +640,33 @@ impl SchemaProvider for TierSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.names.read().iter().any(|n| n == name)
+        self.names.read().iter().any(|n| n == name) || self.sequences.read().contains(name)
     }
+}
+
+/// A sequence read as a relation, as in PostgreSQL (`SELECT last_value, is_called FROM
+/// s`: pg_dump reads it to write `setval`): one row of its state now
+/// ([`Tables::sequence_state`]); `log_cnt` is 0 (tierdb reserves values in blocks instead).
+fn sequence_relation(
+    tables: &Tables,
+    seq: &crate::rows::sequence::SequenceDef,
+) -> DfResult<Arc<dyn TableProvider>> {
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    let (last, called) = tables.sequence_state(seq);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("last_value", DataType::Int64, false),
+        Field::new("log_cnt", DataType::Int64, false),
+        Field::new("is_called", DataType::Boolean, false),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(vec![last])),
+        Arc::new(Int64Array::from(vec![0])),
+        Arc::new(BooleanArray::from(vec![called])),
+    ];
+    let batch = datafusion::arrow::array::RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Arc::new(datafusion::catalog::MemTable::try_new(
+        schema,
+        vec![vec![batch]],
+    )?))
 }

@@ -329,7 +329,7 @@ async fn a_unique_constraint_depends_on_its_tables_primary_key() {
     let ctx = SessionContext::new();
     ctx.register_table(
         "pg_depend",
-        with_dependencies(depend, &keys).expect("pg_depend"),
+        with_dependencies(depend, &keys, vec![]).expect("pg_depend"),
     )
     .expect("registered");
     let rows = text(

@@ -41,6 +41,11 @@ pub struct SequenceDef {
     /// The table whose column draws from it (SERIAL): dropped with the table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owned_by: Option<String>,
+    /// The column of `owned_by` that draws from it (`ALTER SEQUENCE … OWNED BY t.c`; a
+    /// sequence made for a SERIAL column names it). Catalogs written before this field
+    /// have none: [`SequenceDef::owner_column`] finds it by the table's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owned_column: Option<String>,
 }
 
 impl SequenceDef {
@@ -53,6 +58,34 @@ impl SequenceDef {
             max: i64::MAX,
             last: None,
             owned_by: None,
+            owned_column: None,
+        }
+    }
+
+    /// The column of its owning table `def` that draws from it: the recorded one, or the
+    /// one whose DEFAULT calls `nextval` of it.
+    pub fn owner_column(&self, def: &crate::catalog::TableDef) -> Option<String> {
+        if self.owned_by.as_deref() != Some(def.name.as_str()) {
+            return None;
+        }
+        if let Some(c) = &self.owned_column {
+            return Some(c.clone());
+        }
+        let call = format!("nextval('{}')", self.name);
+        def.defaults
+            .iter()
+            .find(|(_, sql)| sql.contains(&call))
+            .map(|(c, _)| c.clone())
+    }
+
+    /// PostgreSQL's name of the type its bounds fit (`CREATE SEQUENCE … AS`).
+    pub fn type_name(&self) -> &'static str {
+        if self.min >= i64::from(i16::MIN) && self.max <= i64::from(i16::MAX) {
+            "smallint"
+        } else if self.min >= i64::from(i32::MIN) && self.max <= i64::from(i32::MAX) {
+            "integer"
+        } else {
+            "bigint"
         }
     }
 
@@ -109,6 +142,55 @@ fn no_sequence(name: &str) -> TableError {
 impl Tables {
     pub async fn sequence(&self, name: &str) -> Result<Option<SequenceDef>> {
         crate::catalog::get_sequence(self.reader.as_ref(), name).await
+    }
+
+    /// Every sequence, by name.
+    pub async fn sequences(&self) -> Result<Vec<SequenceDef>> {
+        crate::catalog::list_sequences(self.reader.as_ref()).await
+    }
+
+    /// What `SELECT last_value, is_called FROM seq` answers: the last value handed out
+    /// (by this process when it has handed some out; else the highest value any writer may
+    /// have handed out, which is at most [`BLOCK`] − 1 past it), and whether one was.
+    pub fn sequence_state(&self, def: &SequenceDef) -> (i64, bool) {
+        if let Some(r) = self.sequences.reserved.lock().get(&def.name) {
+            return (r.next.saturating_sub(r.increment), true);
+        }
+        match def.last {
+            Some(l) => (l, true),
+            None => (def.start, false),
+        }
+    }
+
+    /// `ALTER SEQUENCE name OWNED BY table.column | NONE`.
+    pub async fn set_sequence_owner(
+        &self,
+        name: &str,
+        owner: Option<(String, String)>,
+    ) -> Result<()> {
+        let kv = self.kv_writer()?;
+        let _guard = self.commit_lock.lock().await;
+        let mut def = self
+            .sequence(name)
+            .await?
+            .ok_or_else(|| no_sequence(name))?;
+        if let Some((table, column)) = &owner {
+            let t = self
+                .table(table)
+                .await?
+                .ok_or_else(|| TableError::NoTable(table.clone()))?;
+            if t.column_index(column).is_none() {
+                return Err(TableError::Column {
+                    code: "42703",
+                    message: format!("column \"{column}\" of relation \"{table}\" does not exist"),
+                });
+            }
+        }
+        (def.owned_by, def.owned_column) = owner.unzip();
+        let mut b = crate::catalog::CatalogBatch::default();
+        b.put_sequence(&def);
+        self.commit_catalog(kv, b).await?;
+        Ok(())
     }
 
     /// Creates a sequence (`IF NOT EXISTS`: keeps one that exists).

@@ -120,10 +120,25 @@ impl SqlSession {
                     name: ident_name(column_name),
                     not_null: matches!(op, ColumnOp::SetNotNull),
                 },
+                Op::AlterColumn {
+                    column_name,
+                    op: ColumnOp::SetDefault { value },
+                } => TableChange::Default {
+                    name: ident_name(column_name),
+                    sql: Some(self.default_sql(&name, column_name, value).await?),
+                },
+                Op::AlterColumn {
+                    column_name,
+                    op: ColumnOp::DropDefault,
+                } => TableChange::Default {
+                    name: ident_name(column_name),
+                    sql: None,
+                },
                 other => {
                     return Err(TableError::Unsupported(format!(
                         "ALTER TABLE … {other} is not supported: tierdb alters tables with \
-                         RENAME TO, ADD COLUMN, DROP COLUMN and ALTER COLUMN SET/DROP NOT NULL"
+                         RENAME TO, ADD COLUMN, DROP COLUMN and ALTER COLUMN SET/DROP NOT NULL \
+                         and SET/DROP DEFAULT"
                     )));
                 }
             });
@@ -131,6 +146,72 @@ impl SqlSession {
         self.tables.alter_table(&name, &changes).await?;
         self.schema.refresh().await?;
         Ok(())
+    }
+
+    /// The SQL text a DEFAULT is kept as: the expression planned as CREATE TABLE plans a
+    /// column's default (so a subquery is refused the same way), then written back.
+    async fn default_sql(
+        &self,
+        table: &str,
+        column: &datafusion::sql::sqlparser::ast::Ident,
+        value: &SqlExpr,
+    ) -> Result<String> {
+        let def = self.tables.require(table).await?;
+        let name = ident_name(column);
+        let Some(c) = def.columns.iter().find(|c| c.name == name) else {
+            return Err(TableError::Column {
+                code: "42703",
+                message: format!("column \"{name}\" of relation \"{table}\" does not exist"),
+            });
+        };
+        let ty = match c.ty {
+            ColumnType::Float64 => "DOUBLE PRECISION".to_string(),
+            other => other.sql(),
+        };
+        let mut probe = crate::sql::parse(&format!(
+            "CREATE TABLE __tierdb_probe (c {ty} DEFAULT {value})"
+        ))?
+        .pop()
+        .ok_or_else(|| TableError::Schema(format!("DEFAULT {value}: no expression")))?;
+        if let datafusion::sql::parser::Statement::Statement(s) = &mut probe
+            && let SqlStatement::CreateTable(ct) = s.as_mut()
+        {
+            for c in &mut ct.columns {
+                if let Some(stored) = crate::pgtext::stored_sql_type(&c.data_type) {
+                    c.data_type = stored;
+                }
+            }
+        }
+        let plan = self.ctx.state().statement_to_plan(probe).await?;
+        let LogicalPlan::Ddl(datafusion::logical_expr::DdlStatement::CreateMemoryTable(t)) = plan
+        else {
+            return Err(TableError::Schema(format!(
+                "DEFAULT {value}: not a default"
+            )));
+        };
+        let Some((_, expr)) = t.column_defaults.first() else {
+            return Err(TableError::Schema(format!(
+                "DEFAULT {value}: not a default"
+            )));
+        };
+        if datafusion::common::tree_node::TreeNode::exists(expr, |e| {
+            Ok(matches!(
+                e,
+                datafusion::logical_expr::Expr::ScalarSubquery(_)
+                    | datafusion::logical_expr::Expr::Exists(_)
+                    | datafusion::logical_expr::Expr::InSubquery(_)
+            ))
+        })? {
+            return Err(TableError::Column {
+                code: "0A000",
+                message: format!(
+                    "cannot use subquery in DEFAULT expression (column {name} of table {table})"
+                ),
+            });
+        }
+        datafusion::sql::unparser::expr_to_sql(expr)
+            .map(|e| e.to_string())
+            .map_err(|e| TableError::Schema(format!("DEFAULT of column {name}: {e}")))
     }
 
     /// A column of ALTER TABLE … ADD COLUMN as the catalog keeps it: its type as
@@ -255,17 +336,31 @@ impl SqlSession {
                 if_not_exists,
                 name,
                 sequence_options,
-                ..
+                data_type,
+                owned_by,
             } => {
                 if *temporary {
                     return Err(TableError::Unsupported(
                         "CREATE TEMPORARY SEQUENCE is not supported: sequences are stored".into(),
                     ));
                 }
-                let mut seq = crate::rows::sequence::SequenceDef::new(&table_name(name)?);
+                let seq_name = table_name(name)?;
+                let mut seq = crate::rows::sequence::SequenceDef::new(&seq_name);
+                if let Some(t) = data_type {
+                    super::serial::bound_by_type(&mut seq, t)?;
+                }
                 super::serial::apply_options(&mut seq, sequence_options);
                 self.tables.create_sequence(seq, *if_not_exists).await?;
+                if let Some(owner) = owned_by {
+                    super::seqstmt::run(&self.tables, &seq_name, &format!("OWNED BY {owner}"))
+                        .await?;
+                }
                 "CREATE SEQUENCE"
+            }
+            SqlStatement::Call(f) if super::seqstmt::call_arguments(f).is_some() => {
+                let (name, clause) = super::seqstmt::call_arguments(f).unwrap_or_default();
+                super::seqstmt::run(&self.tables, &name, &clause).await?;
+                "ALTER SEQUENCE"
             }
             SqlStatement::Drop {
                 object_type: ObjectType::Sequence,

@@ -29,6 +29,7 @@ mod ddl;
 mod execute;
 mod explain;
 mod isolation;
+mod seqstmt;
 mod serial;
 mod session;
 mod temp;
@@ -410,8 +411,14 @@ pub fn relation_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Opti
     }
 }
 
+/// `ALTER SEQUENCE` statements of `sql` as the CALLs the parser reads (`seqstmt.rs`).
+pub fn rewrite_alter_sequence(sql: &str) -> std::borrow::Cow<'_, str> {
+    seqstmt::rewrite(sql)
+}
+
 /// Splits `sql` into statements; a syntax error names the line and column.
 pub fn parse(sql: &str) -> Result<Vec<DfStatement>> {
+    let sql = &seqstmt::rewrite(sql);
     Ok(DFParser::parse_sql_with_dialect(sql, &GenericDialect {})?
         .into_iter()
         .map(|mut s| {
@@ -474,6 +481,7 @@ impl StatementKind {
             | SqlStatement::Truncate { .. }
             | SqlStatement::CreateIndex(_)
             | SqlStatement::CreateSequence { .. } => StatementKind::Ddl,
+            SqlStatement::Call(f) if seqstmt::call_arguments(f).is_some() => StatementKind::Ddl,
             SqlStatement::Vacuum(_) => StatementKind::Vacuum,
             SqlStatement::Lock(_) => StatementKind::Lock,
             SqlStatement::Insert(_) | SqlStatement::Update(_) | SqlStatement::Delete(_) => {

@@ -39,6 +39,7 @@ pub(crate) fn rewrite(ct: &mut CreateTable, table: &str) -> Vec<SequenceDef> {
         let column = crate::sql::ident_name(&col.name);
         let mut seq = SequenceDef::new(&format!("{table}_{column}_seq"));
         seq.owned_by = Some(table.to_string());
+        seq.owned_column = Some(column.clone());
         if let Some(ty) = serial {
             col.data_type = ty;
         }
@@ -92,6 +93,30 @@ fn int(e: &Expr) -> Option<i64> {
         Expr::UnaryOp { op, expr } if op.to_string() == "-" => int(expr).map(|v| -v),
         _ => None,
     }
+}
+
+/// `CREATE SEQUENCE … AS type`: the type's bounds (PostgreSQL: smallint, integer or
+/// bigint; anything else is refused with 22023).
+pub(crate) fn bound_by_type(seq: &mut SequenceDef, ty: &DataType) -> crate::error::Result<()> {
+    let (min, max) = match ty {
+        DataType::SmallInt(_) | DataType::Int2(_) => (i16::MIN as i64, i16::MAX as i64),
+        DataType::Integer(_) | DataType::Int(_) | DataType::Int4(_) => {
+            (i32::MIN as i64, i32::MAX as i64)
+        }
+        DataType::BigInt(_) | DataType::Int8(_) => (i64::MIN, i64::MAX),
+        other => {
+            return Err(crate::error::TableError::Column {
+                code: "22023",
+                message: format!("sequence type must be smallint, integer, or bigint, not {other}"),
+            });
+        }
+    };
+    // An ascending sequence starts at 1 (its MINVALUE), a descending one at -1.
+    seq.max = max;
+    if seq.increment < 0 {
+        seq.min = min;
+    }
+    Ok(())
 }
 
 /// CREATE SEQUENCE's (and IDENTITY's) options onto `seq`.
