@@ -40,6 +40,11 @@ pub enum TableChange {
         name: String,
         if_exists: bool,
     },
+    /// RENAME COLUMN `from` TO `to` (row tables: their rows hold columns by position).
+    RenameColumn {
+        from: String,
+        to: String,
+    },
     /// ALTER COLUMN … SET DEFAULT (the expression's SQL text, planned once to check it) or
     /// DROP DEFAULT (`None`).
     Default {
@@ -69,6 +74,29 @@ impl Tables {
             b.delete_table(&old.name);
         }
         b.put_table(&def);
+        // The table's sequences follow a renamed table and renamed columns, in the same
+        // commit (they are dropped with the table they name).
+        let renames: Vec<(&String, &String)> = changes
+            .iter()
+            .filter_map(|c| match c {
+                TableChange::RenameColumn { from, to } => Some((from, to)),
+                _ => None,
+            })
+            .collect();
+        if def.name != old.name || !renames.is_empty() {
+            for mut s in self.sequences().await? {
+                if s.owned_by.as_deref() != Some(old.name.as_str()) {
+                    continue;
+                }
+                s.owned_by = Some(def.name.clone());
+                for (from, to) in &renames {
+                    if s.owned_column.as_deref() == Some(from.as_str()) {
+                        s.owned_column = Some((*to).clone());
+                    }
+                }
+                b.put_sequence(&s);
+            }
+        }
         if def.columns != old.columns {
             for s in &segments {
                 b.put_segment(def.id, s);
@@ -135,6 +163,52 @@ async fn apply(
                     max: None,
                     nulls: s.rows,
                 });
+            }
+        }
+        TableChange::RenameColumn { from, to } => {
+            let Some(i) = def.column_index(from) else {
+                return Err(column_error(
+                    "42703",
+                    format!(
+                        "column \"{from}\" of relation \"{}\" does not exist",
+                        def.name
+                    ),
+                ));
+            };
+            if def.column_index(to).is_some() {
+                return Err(column_error(
+                    "42701",
+                    format!(
+                        "column \"{to}\" of relation \"{}\" already exists",
+                        def.name
+                    ),
+                ));
+            }
+            if !def.is_row_table() {
+                // Segments name their columns in their Parquet schemas; a renamed column
+                // would read as missing (NULL) from every segment written before.
+                return Err(column_error(
+                    "0A000",
+                    format!(
+                        "RENAME COLUMN on {}, a table without a PRIMARY KEY (its segments name \
+                         their columns), is not supported: add a column, UPDATE it from the old \
+                         one, then drop the old one",
+                        def.name
+                    ),
+                ));
+            }
+            let rename = |c: &mut String| {
+                if c == from {
+                    *c = to.clone();
+                }
+            };
+            def.columns[i].name = to.clone();
+            def.primary_key.iter_mut().for_each(rename);
+            for index in &mut def.indexes {
+                index.columns.iter_mut().for_each(rename);
+            }
+            for (c, _) in &mut def.defaults {
+                rename(c);
             }
         }
         TableChange::Default { name, sql } => {

@@ -127,6 +127,13 @@ impl SqlSession {
                     name: ident_name(column_name),
                     sql: Some(self.default_sql(&name, column_name, value).await?),
                 },
+                Op::RenameColumn {
+                    old_column_name,
+                    new_column_name,
+                } => TableChange::RenameColumn {
+                    from: ident_name(old_column_name),
+                    to: ident_name(new_column_name),
+                },
                 Op::AlterColumn {
                     column_name,
                     op: ColumnOp::DropDefault,
@@ -137,8 +144,8 @@ impl SqlSession {
                 other => {
                     return Err(TableError::Unsupported(format!(
                         "ALTER TABLE … {other} is not supported: tierdb alters tables with \
-                         RENAME TO, ADD COLUMN, DROP COLUMN and ALTER COLUMN SET/DROP NOT NULL \
-                         and SET/DROP DEFAULT"
+                         RENAME TO, RENAME COLUMN, ADD COLUMN, DROP COLUMN and ALTER COLUMN \
+                         SET/DROP NOT NULL and SET/DROP DEFAULT"
                     )));
                 }
             });
