@@ -201,24 +201,7 @@ impl SqlSession {
                 "DEFAULT {value}: not a default"
             )));
         };
-        if datafusion::common::tree_node::TreeNode::exists(expr, |e| {
-            Ok(matches!(
-                e,
-                datafusion::logical_expr::Expr::ScalarSubquery(_)
-                    | datafusion::logical_expr::Expr::Exists(_)
-                    | datafusion::logical_expr::Expr::InSubquery(_)
-            ))
-        })? {
-            return Err(TableError::Column {
-                code: "0A000",
-                message: format!(
-                    "cannot use subquery in DEFAULT expression (column {name} of table {table})"
-                ),
-            });
-        }
-        datafusion::sql::unparser::expr_to_sql(expr)
-            .map(|e| e.to_string())
-            .map_err(|e| TableError::Schema(format!("DEFAULT of column {name}: {e}")))
+        default_text(expr, &name, table)
     }
 
     /// A column of ALTER TABLE … ADD COLUMN as the catalog keeps it: its type as
@@ -519,26 +502,8 @@ impl SqlSession {
         }
         let mut defaults = Vec::new();
         for (column, expr) in &c.column_defaults {
-            // PostgreSQL refuses these too; a default is evaluated per row written.
-            if datafusion::common::tree_node::TreeNode::exists(expr, |e| {
-                Ok(matches!(
-                    e,
-                    datafusion::logical_expr::Expr::ScalarSubquery(_)
-                        | datafusion::logical_expr::Expr::Exists(_)
-                        | datafusion::logical_expr::Expr::InSubquery(_)
-                ))
-            })? {
-                return Err(TableError::Column {
-                    code: "0A000",
-                    message: format!(
-                        "cannot use subquery in DEFAULT expression (column {column} of table \
-                         {name})"
-                    ),
-                });
-            }
-            let sql = datafusion::sql::unparser::expr_to_sql(expr)
-                .map_err(|e| TableError::Schema(format!("DEFAULT of column {column}: {e}")))?;
-            defaults.push((column.clone(), sql.to_string()));
+            let sql = default_text(expr, column, &name)?;
+            defaults.push((column.clone(), sql));
         }
         let mut columns = Vec::new();
         for (i, f) in schema.fields().iter().enumerate() {
@@ -717,4 +682,32 @@ pub(super) fn unique_constraints(
         }
     }
     Ok(out)
+}
+
+/// The SQL text a column DEFAULT is kept as (CREATE TABLE and ALTER COLUMN SET DEFAULT); a
+/// subquery is refused with 0A000, as PostgreSQL refuses it (a default is evaluated per row
+/// written).
+fn default_text(
+    expr: &datafusion::logical_expr::Expr,
+    column: &str,
+    table: &str,
+) -> Result<String> {
+    if datafusion::common::tree_node::TreeNode::exists(expr, |e| {
+        Ok(matches!(
+            e,
+            datafusion::logical_expr::Expr::ScalarSubquery(_)
+                | datafusion::logical_expr::Expr::Exists(_)
+                | datafusion::logical_expr::Expr::InSubquery(_)
+        ))
+    })? {
+        return Err(TableError::Column {
+            code: "0A000",
+            message: format!(
+                "cannot use subquery in DEFAULT expression (column {column} of table {table})"
+            ),
+        });
+    }
+    datafusion::sql::unparser::expr_to_sql(expr)
+        .map(|e| e.to_string())
+        .map_err(|e| TableError::Schema(format!("DEFAULT of column {column}: {e}")))
 }
