@@ -18,6 +18,7 @@ pub mod import;
 pub mod pickle;
 pub mod records;
 mod store;
+pub mod unpickle;
 
 pub use blobs::SINGLE_PUT_MAX;
 pub use error::{ErrorKind, ObjError, Result};
