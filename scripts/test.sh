@@ -35,6 +35,9 @@ ROOT=$(pwd)
 echo "== tierdb zodb import/verify/pack/stats and the pickle reference reader (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_tools.py")
+echo "== SQL over a ZODB database: zodb.objects/refs/revisions/transactions/blobs vs ZODB's own tools (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_zodb_sql.py")
 echo "== SIGKILL of tierdb zodb pack at every pass: nothing lost, the next pack completes (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_pack_crash.py")

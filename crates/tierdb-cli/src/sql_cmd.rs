@@ -240,13 +240,28 @@ pub async fn open_engine(
     let database = Database::open(db, &options).await?;
     let mut tables = database.tables();
     tables.segment_options = engine.segment_options();
-    match SqlEngine::new(Arc::new(tables), &engine.options_within(&plan)) {
+    let made = match SqlEngine::new(Arc::new(tables), &engine.options_within(&plan)) {
+        Ok(sql) => with_objects(sql, &database).await,
+        Err(e) => Err(e.into()),
+    };
+    match made {
         Ok(sql) => Ok((sql, database)),
         Err(e) => {
             let _ = database.close().await;
-            Err(e.into())
+            Err(e)
         }
     }
+}
+
+/// A database that holds a ZODB object store shows it as the read-only tables of schema
+/// `zodb` (tierdb-objects-sql).
+async fn with_objects(sql: SqlEngine, database: &Database) -> CliResult<SqlEngine> {
+    if tierdb_objects::holds_objects(database.kv()).await? {
+        let store = Arc::new(database.objects().await?);
+        tierdb_objects_sql::register(sql.context(), store)
+            .map_err(|e| CliError::from(format!("cannot show the ZODB objects as tables: {e}")))?;
+    }
+    Ok(sql)
 }
 
 pub async fn run_sql(args: SqlArgs) -> CliResult {

@@ -219,6 +219,15 @@ impl Blobs {
         }
     }
 
+    /// The size of blob `h`.
+    pub(crate) async fn size(&self, h: &Hash) -> BlobResult<u64> {
+        let path = self.path(h);
+        match self.store.head(&path).await {
+            Ok(meta) => Ok(meta.size),
+            Err(e) => Err(remote("check", &path, e)),
+        }
+    }
+
     pub(crate) async fn delete(&self, h: &Hash) -> BlobResult<()> {
         let path = self.path(h);
         match self.store.delete(&path).await {

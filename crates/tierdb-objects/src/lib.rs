@@ -28,8 +28,9 @@ pub use import::{
 };
 pub use records::{TxnMeta, TxnRecord};
 pub use store::{
-    DataRecordInfo, HistoryEntry, ImportState, NoProgress, PackStats, Progress, References,
-    RestoreStats, StoreStats, TransactionInfo, Txn, VerifyReport, VersionedStore, Voted,
+    DataRecordInfo, DataSizes, HistoryEntry, ImportState, NoProgress, ObjectCursor, PackStats,
+    Progress, References, RestoreStats, RevisionCursor, RevisionRow, StoreStats, TransactionInfo,
+    Txn, VerifyReport, VersionedStore, Voted, holds_objects,
 };
 pub use tierdb_kv::KvHandle;
 pub use tierdb_store::Damage;

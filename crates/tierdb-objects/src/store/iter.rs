@@ -171,6 +171,7 @@ pub(super) const SCAN_PAGE: usize = 1024;
 /// page in memory, not the store. Each page is a new scan from just after the last key of
 /// the one before: keys written meanwhile behind the cursor are not seen, as a snapshot
 /// would not see them either.
+#[derive(Debug)]
 pub(super) struct Pages {
     range: (Bound<Bytes>, Bound<Bytes>),
     done: bool,

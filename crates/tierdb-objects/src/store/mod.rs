@@ -7,6 +7,7 @@ mod filter;
 mod iter;
 mod pack;
 mod restore;
+mod scan;
 mod txn;
 mod verify;
 
@@ -14,6 +15,7 @@ pub use cache::DEFAULT_RECORD_CACHE_BYTES;
 pub use iter::{DataRecordInfo, TransactionInfo};
 pub use pack::{NoProgress, PackStats, Progress, References};
 pub use restore::{ImportState, RestoreStats};
+pub use scan::{DataSizes, ObjectCursor, RevisionCursor, RevisionRow, holds_objects};
 pub use txn::{Txn, Voted};
 pub use verify::{StoreStats, VerifyReport};
 

@@ -311,7 +311,7 @@ impl<'m, 'a> Printer<'m, 'a> {
         let Some(Node::Tuple(flat)) = parts.first().map(|&i| self.node(i)) else {
             return Ok(None);
         };
-        if parts.len() > 2 || (!set && flat.len() % 2 != 0) {
+        if parts.len() > 2 || (!set && !flat.len().is_multiple_of(2)) {
             return Ok(None);
         }
         let mut out = Map::new();
@@ -368,7 +368,7 @@ impl<'m, 'a> Printer<'m, 'a> {
         let mut children = Vec::new();
         let mut keys = Vec::new();
         for (n, &i) in data.iter().enumerate() {
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 children.push(self.value(i)?);
             } else {
                 keys.push(self.value(i)?);

@@ -187,7 +187,7 @@ impl<'a> Machine<'a> {
     }
 
     fn set_items(&mut self, to: usize, items: Vec<usize>) -> R<()> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err(format!("odd number of dict items at byte {}", self.pos));
         }
         let pairs = items.chunks(2).map(|p| (p[0], p[1]));
@@ -364,7 +364,7 @@ impl<'a> Machine<'a> {
                 b'}' => self.push(Node::Dict(Vec::new())),
                 b'd' => {
                     let items = self.pop_mark()?;
-                    if items.len() % 2 != 0 {
+                    if !items.len().is_multiple_of(2) {
                         return Err(format!("odd number of dict items at byte {at}"));
                     }
                     self.push(Node::Dict(items.chunks(2).map(|p| (p[0], p[1])).collect()));
