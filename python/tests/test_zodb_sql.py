@@ -177,3 +177,33 @@ def test_a_database_without_objects_has_no_zodb_schema(tmp_path):
                        capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode != 0
     assert "zodb.objects" in p.stderr
+
+
+def test_pack_dry_run_says_what_a_pack_removes(database):
+    import re
+    url, storage, db, conn = database
+    tree = conn.root()["tree"]
+    for i in range(20, 26):
+        del tree["k%03d" % i]
+    transaction.commit()
+    before = sql(url, "SELECT count(*) AS n FROM zodb.objects")[0]["n"]
+    # The reachable set, by a recursive query over the references.
+    reach = sql(url, "WITH RECURSIVE reach(oid) AS (SELECT CAST(0 AS BIGINT) UNION "
+                     "SELECT r.ref_oid FROM zodb.refs r JOIN reach ON r.oid = reach.oid) "
+                     "SELECT count(*) AS n FROM reach")[0]["n"]
+    env = dict(os.environ, TIERDB_PYTHON=sys.executable)
+    p = subprocess.run([BIN, "zodb", "pack", "--dry-run", "--days", "0", url],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"would remove (\d+) revisions and (\d+) objects; (\d+) objects are "
+                  r"reachable", p.stdout)
+    assert m, p.stdout
+    revisions, objects, reachable = map(int, m.groups())
+    assert objects == 6 and reachable == reach == before - 6
+    assert re.search(r"persistent\.mapping\.PersistentMapping\s+6\s", p.stdout), p.stdout
+    # Nothing was written; the pack itself removes what the dry run said.
+    assert sql(url, "SELECT count(*) AS n FROM zodb.objects")[0]["n"] == before
+    revs_before = sql(url, "SELECT count(*) AS n FROM zodb.revisions")[0]["n"]
+    db.pack()
+    assert sql(url, "SELECT count(*) AS n FROM zodb.objects")[0]["n"] == before - 6
+    assert sql(url, "SELECT count(*) AS n FROM zodb.revisions")[0]["n"] == revs_before - revisions

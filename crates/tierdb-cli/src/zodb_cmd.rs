@@ -49,6 +49,10 @@ pub enum ZodbCommand {
         /// Keep unreachable objects (no garbage collection).
         #[arg(long)]
         no_gc: bool,
+        /// Report what the pack would remove (revisions, objects by class) and write
+        /// nothing: runs as a follower, beside a live writer.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         kv: KvArgs,
     },
@@ -120,6 +124,7 @@ pub async fn run_zodb(cmd: ZodbCommand) -> CliResult {
             db,
             days,
             no_gc,
+            dry_run,
             kv,
         } => {
             if !days.is_finite() || days < 0.0 {
@@ -127,7 +132,12 @@ pub async fn run_zodb(cmd: ZodbCommand) -> CliResult {
                     "--days {days}: give a number of days, 0 or more (0 packs to now)"
                 )));
             }
-            let (store, database) = open(&db, &kv, Role::Writer).await?;
+            let role = if dry_run {
+                Role::Follower
+            } else {
+                Role::Writer
+            };
+            let (store, database) = open(&db, &kv, role).await?;
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_err(|e| CliError::input(format!("the system clock is before 1970: {e}")))?
@@ -135,6 +145,18 @@ pub async fn run_zodb(cmd: ZodbCommand) -> CliResult {
             let pack_tid = Tid::from_unix(now - days * 86400.0);
             let refs = |data: &[u8]| tierdb_objects::pickle::references(data);
             let started = Instant::now();
+            if dry_run {
+                let passes = Passes::new("pack --dry-run");
+                let gc: Option<&tierdb_objects::References> =
+                    if no_gc { None } else { Some(&refs) };
+                let result = store.pack_preview(pack_tid, gc, &passes).await;
+                passes.done();
+                let closed = database.close().await;
+                let preview = result?;
+                closed?;
+                print_preview(&db, pack_tid, &preview, started.elapsed().as_secs_f64());
+                return Ok(());
+            }
             let passes = Passes::new("pack");
             let result = if no_gc {
                 store.pack_with(pack_tid, None, &passes).await
@@ -168,6 +190,29 @@ pub async fn run_zodb(cmd: ZodbCommand) -> CliResult {
             print_stats(&db, &s, last);
             Ok(())
         }
+    }
+}
+
+/// What `pack --dry-run` found, as a table (the objects that would go, by class).
+fn print_preview(db: &str, pack_tid: Tid, p: &tierdb_objects::PackPreview, secs: f64) {
+    println!(
+        "a pack of {db} to {pack_tid} would remove {} revisions and {} objects{} (dry run, {secs:.1} s; nothing written)",
+        p.revisions_removed,
+        p.objects_removed,
+        match p.objects_reachable {
+            Some(n) => format!("; {n} objects are reachable from the root"),
+            None => String::new(),
+        }
+    );
+    if p.removed_by_class.is_empty() {
+        return;
+    }
+    let mut rows: Vec<_> = p.removed_by_class.iter().collect();
+    rows.sort_by(|a, b| b.1.objects.cmp(&a.1.objects).then(a.0.cmp(b.0)));
+    let width = rows.iter().map(|(c, _)| c.len()).max().unwrap_or(5).max(5);
+    println!("{:<width$}  {:>10}  {:>12}", "class", "objects", "bytes");
+    for (class, t) in rows {
+        println!("{class:<width$}  {:>10}  {:>12}", t.objects, t.bytes);
     }
 }
 

@@ -61,6 +61,19 @@ pub trait Progress: Send + Sync {
 pub struct NoProgress;
 impl Progress for NoProgress {}
 
+/// Which revisions of an object a pack to `pack_tid` removes, given its revisions oldest
+/// first: those older than its revision current at `pack_tid`, that one too if it has no
+/// data, and all of those if the object is `garbage` (unreachable then).
+pub(super) fn removed(revs: &[(Tid, Revision)], pack_tid: Tid, garbage: bool) -> Vec<bool> {
+    let current = revs.iter().rposition(|(t, _)| *t <= pack_tid);
+    (0..revs.len())
+        .map(|i| match current {
+            Some(c) => i < c || (i == c && revs[c].1.data.is_none()) || (i <= c && garbage),
+            None => false,
+        })
+        .collect()
+}
+
 /// Pause points of a pack, for crash tests (debug builds; see `tierdb_store::testpoint`).
 fn pause(point: &str) {
     tierdb_store::testpoint::pause_at(point);
@@ -132,7 +145,7 @@ impl VersionedStore {
 
     /// Pass 1: every object reachable from the root as of `pack_tid` or from an object
     /// written after it (whose every revision after `pack_tid` counts).
-    async fn mark(
+    pub(super) async fn mark(
         &self,
         pack_tid: Tid,
         refs: &References,
@@ -267,14 +280,9 @@ impl VersionedStore {
         batch: &mut Counted,
     ) -> u64 {
         let garbage = reachable.is_some_and(|r| !r.contains(oid.0));
-        let current = revs.iter().rposition(|(t, _)| *t <= pack_tid);
-        let removed = |i: usize| match current {
-            Some(c) => i < c || (i == c && revs[c].1.data.is_none()) || (i <= c && garbage),
-            None => false,
-        };
         let mut gone = 0;
-        for (i, (t, r)) in revs.iter().enumerate() {
-            if removed(i) {
+        for ((t, r), removed) in revs.iter().zip(removed(revs, pack_tid, garbage)) {
+            if removed {
                 batch.batch.delete(records::rev_key(oid, *t));
                 batch.batch.delete(records::wrote_key(*t, oid));
                 if r.blob.is_some() {

@@ -53,6 +53,14 @@ pub fn decode_record(data: &[u8]) -> Result<DecodedRecord, String> {
     Ok(DecodedRecord { class_name, state })
 }
 
+/// The class of a ZODB data record (its first pickle only), `None` if it names none or
+/// cannot be read.
+pub fn record_class(data: &[u8]) -> Option<String> {
+    let mut m = machine::Machine::new(data);
+    let class = m.run().ok()?;
+    machine::class_name(&m, class)
+}
+
 /// Decodes one pickle (a transaction's extension mapping, say) as JSON.
 pub fn decode_pickle(data: &[u8]) -> Result<serde_json::Value, String> {
     let mut m = machine::Machine::new(data);
