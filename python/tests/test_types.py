@@ -268,6 +268,16 @@ JSON_QUERIES = [
     "COPY_TEXT SELECT '{\"b\": 1, \"a\": [1, 2.50, 1e2, -0], \"b\": \"x\\u0041\", \"ccc\": {}}'::jsonb, "
     "' [1,  2] '::json",
     "SELECT u FROM ty WHERE u = 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11' ORDER BY 1",
+    # #> and #>> (a path as a text array; array steps are integers), @> and <@ (jsonb
+    # containment: objects by key, arrays as sets, a top-level scalar in an array).
+    "SELECT id, jb #> '{a,k}', jb #>> '{zz,-1}', jb #> '{zz,x}', j #>> '{a}', jb #> '{}' "
+    "FROM ty ORDER BY id",
+    "SELECT id, jb @> '{\"a\": {\"k\": \"v\\n\\\"q\\\"\"}}', jb @> '{\"zz\": [true, 1]}', "
+    "jb @> '{\"zz\": [[1]]}', jb @> '\"text\"', jb @> '{\"n\": 1.5}', "
+    "'{\"n\": 1.50}' <@ jb FROM ty ORDER BY id",
+    "SELECT '[1, 2, [1, 3]]'::jsonb @> '[1, 3]', '[1, 2, [1, 3]]'::jsonb @> '[[1, 3]]', "
+    "'[\"foo\", \"bar\"]'::jsonb @> '\"foo\"', '{\"a\": 1}'::jsonb @> '{}', "
+    "'[]'::jsonb @> '{}', '1.0'::jsonb @> '1'",
 ]
 
 

@@ -24,6 +24,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{DFSchema, Result};
+use datafusion::logical_expr::ExprSchemable;
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
@@ -42,12 +43,40 @@ impl ExprPlanner for JsonOperators {
     fn plan_binary_op(
         &self,
         expr: RawBinaryExpr,
-        _schema: &DFSchema,
+        schema: &DFSchema,
     ) -> Result<PlannerResult<RawBinaryExpr>> {
+        use crate::jsonpath::PathOp;
+        let path = |op: PathOp, args: Vec<Expr>| {
+            Ok(PlannerResult::Planned(Expr::ScalarFunction(
+                ScalarFunction::new_udf(Arc::new(crate::jsonpath::udf(op)), args),
+            )))
+        };
+        // `@>` and `<@` are also DataFusion's array containment: JSON only when neither
+        // side is a list.
+        let lists = || {
+            [&expr.left, &expr.right].iter().any(|e| {
+                e.get_type(schema).is_ok_and(|t| {
+                    matches!(
+                        t,
+                        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
+                    )
+                })
+            })
+        };
         let op = match expr.op {
             BinaryOperator::Arrow => Op::Get,
             BinaryOperator::LongArrow => Op::GetText,
             BinaryOperator::Question => Op::HasKey,
+            BinaryOperator::HashArrow => return path(PathOp::Path, vec![expr.left, expr.right]),
+            BinaryOperator::HashLongArrow => {
+                return path(PathOp::PathText, vec![expr.left, expr.right]);
+            }
+            BinaryOperator::AtArrow if !lists() => {
+                return path(PathOp::Contains, vec![expr.left, expr.right]);
+            }
+            BinaryOperator::ArrowAt if !lists() => {
+                return path(PathOp::Contains, vec![expr.right, expr.left]);
+            }
             _ => return Ok(PlannerResult::Original(expr)),
         };
         Ok(PlannerResult::Planned(Expr::ScalarFunction(
@@ -214,7 +243,7 @@ impl ScalarUDFImpl for JsonFn {
 }
 
 /// A member's text as `->>` gives it: a string decoded, `null` as NULL, else as written.
-fn as_text(v: &str) -> Option<String> {
+pub(crate) fn as_text(v: &str) -> Option<String> {
     if v == "null" {
         return None;
     }

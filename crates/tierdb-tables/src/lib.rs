@@ -39,6 +39,7 @@ pub mod inlist;
 pub mod interrupt;
 pub mod joinorder;
 pub mod jsonops;
+pub mod jsonpath;
 pub mod literals;
 pub mod merge;
 pub mod origin;

@@ -188,7 +188,7 @@ impl SqlEngine {
                 datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules,
                 check() as _,
             ));
-        // PostgreSQL's JSON operators (`jsonops.rs`).
+        // PostgreSQL's JSON operators (`jsonops.rs`, `jsonpath.rs`).
         if let Some(planners) = state.expr_planners() {
             planners.insert(0, Arc::new(crate::jsonops::JsonOperators));
         }
@@ -224,7 +224,10 @@ impl SqlEngine {
         for f in crate::pgtext::functions() {
             ctx.register_udf(f);
         }
-        for f in crate::jsonops::functions() {
+        for f in crate::jsonops::functions()
+            .into_iter()
+            .chain(crate::jsonpath::functions())
+        {
             ctx.register_udf(f);
         }
         for f in crate::rows::sequence::functions(&tables) {
