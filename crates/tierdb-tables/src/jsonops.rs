@@ -226,14 +226,7 @@ impl ScalarUDFImpl for JsonFn {
                         (false, Some(k)) => member(docs.value(i), k).map_err(err)?,
                         _ => None,
                     };
-                    match found {
-                        None => b.append_null(),
-                        Some(v) if self.op == Op::Get => b.append_value(v),
-                        Some(v) => match as_text(v) {
-                            Some(t) => b.append_value(t),
-                            None => b.append_null(),
-                        },
-                    }
+                    append_member(&mut b, found, self.op == Op::Get);
                 }
                 Arc::new(b.finish())
             }
@@ -242,8 +235,20 @@ impl ScalarUDFImpl for JsonFn {
     }
 }
 
+/// Appends a member found (or NULL): as JSON, or as text as `->>` gives it.
+pub(crate) fn append_member(b: &mut StringBuilder, found: Option<&str>, as_json: bool) {
+    match found {
+        None => b.append_null(),
+        Some(v) if as_json => b.append_value(v),
+        Some(v) => match as_text(v) {
+            Some(t) => b.append_value(t),
+            None => b.append_null(),
+        },
+    }
+}
+
 /// A member's text as `->>` gives it: a string decoded, `null` as NULL, else as written.
-pub(crate) fn as_text(v: &str) -> Option<String> {
+fn as_text(v: &str) -> Option<String> {
     if v == "null" {
         return None;
     }

@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::catalog::DECLARED_TYPE;
 use crate::error::TableError;
-use crate::jsonops::{Key, as_text, member};
+use crate::jsonops::{Key, append_member, member};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum PathOp {
@@ -148,14 +148,7 @@ impl ScalarUDFImpl for PathFn {
                         ))
                     })?;
                     let found = at_path(left.value(i), &steps)?;
-                    match found {
-                        None => b.append_null(),
-                        Some(v) if self.op == PathOp::Path => b.append_value(v),
-                        Some(v) => match as_text(v) {
-                            Some(t) => b.append_value(t),
-                            None => b.append_null(),
-                        },
-                    }
+                    append_member(&mut b, found, self.op == PathOp::Path);
                 }
                 Arc::new(b.finish())
             }

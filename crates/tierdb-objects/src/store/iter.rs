@@ -203,3 +203,55 @@ impl Pages {
         }
     }
 }
+
+/// Every object's revisions, oldest first, one object at a time in oid order, read a page
+/// of keys at a time (pack's sweep and its dry run).
+#[derive(Debug)]
+pub(super) struct RevisionGroups {
+    pages: Pages,
+    page: std::collections::VecDeque<(Bytes, Bytes)>,
+    group: Option<(Oid, Vec<(Tid, Revision)>)>,
+    done: bool,
+}
+
+impl RevisionGroups {
+    pub fn new() -> Self {
+        RevisionGroups {
+            pages: Pages::new(prefix(records::revisions_prefix())),
+            page: Default::default(),
+            group: None,
+            done: false,
+        }
+    }
+
+    /// The next object and its revisions (`None` after the last).
+    pub async fn next(&mut self, kv: &KvHandle) -> Result<Option<(Oid, Vec<(Tid, Revision)>)>> {
+        loop {
+            let Some((k, v)) = self.page.pop_front() else {
+                if !self.done {
+                    match self.pages.next(kv).await? {
+                        Some(p) => self.page.extend(p),
+                        None => self.done = true,
+                    }
+                    continue;
+                }
+                return Ok(self.group.take());
+            };
+            let Some((oid, tid)) = records::parse_rev_key(&k) else {
+                return Err(ObjError::Damaged {
+                    key: hex(&k),
+                    reason: "not a revision key".into(),
+                });
+            };
+            let rev = Revision::decode(&k, &v)?;
+            match &mut self.group {
+                Some((g, revs)) if *g == oid => revs.push((tid, rev)),
+                _ => {
+                    if let Some(done) = self.group.replace((oid, vec![(tid, rev)])) {
+                        return Ok(Some(done));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -21,7 +21,7 @@
 use roaring::RoaringTreemap;
 
 use super::filter::NamedFilter;
-use super::iter::Pages;
+use super::iter::{Pages, RevisionGroups};
 use super::*;
 
 /// Changes per key-value commit during pack (a commit ends at an object boundary).
@@ -223,44 +223,16 @@ impl VersionedStore {
         let mut head_buf: std::collections::VecDeque<Oid> = Default::default();
         let mut batch = Counted::default();
         let mut kept = 0u64;
-        let mut group: Vec<(Tid, Revision)> = Vec::new();
-        let mut group_oid: Option<Oid> = None;
-        let mut pages = Pages::new(prefix(records::revisions_prefix()));
-        loop {
-            let page = pages.next(&self.kv).await?;
-            let done = page.is_none();
-            for (k, v) in page.unwrap_or_default() {
-                let Some((oid, tid)) = records::parse_rev_key(&k) else {
-                    return Err(ObjError::Damaged {
-                        key: hex(&k),
-                        reason: "not a revision key".into(),
-                    });
-                };
-                if group_oid != Some(oid) {
-                    if let Some(g) = group_oid {
-                        kept +=
-                            self.sweep_object(g, &group, pack_tid, reachable, stats, &mut batch);
-                        self.stale_heads(&mut head_pages, &mut head_buf, Some(g), &mut batch)
-                            .await?;
-                        if batch.batch.len() >= PACK_BATCH {
-                            self.commit_counted(std::mem::take(&mut batch)).await?;
-                            pause("pack-sweep-batch");
-                        }
-                    }
-                    group.clear();
-                    group_oid = Some(oid);
-                }
-                group.push((tid, Revision::decode(&k, &v)?));
-                progress.advance(1);
-            }
-            if done {
-                break;
-            }
-        }
-        if let Some(g) = group_oid {
-            kept += self.sweep_object(g, &group, pack_tid, reachable, stats, &mut batch);
-            self.stale_heads(&mut head_pages, &mut head_buf, Some(g), &mut batch)
+        let mut groups = RevisionGroups::new();
+        while let Some((oid, revs)) = groups.next(&self.kv).await? {
+            progress.advance(revs.len() as u64);
+            kept += self.sweep_object(oid, &revs, pack_tid, reachable, stats, &mut batch);
+            self.stale_heads(&mut head_pages, &mut head_buf, Some(oid), &mut batch)
                 .await?;
+            if batch.batch.len() >= PACK_BATCH {
+                self.commit_counted(std::mem::take(&mut batch)).await?;
+                pause("pack-sweep-batch");
+            }
         }
         self.stale_heads(&mut head_pages, &mut head_buf, None, &mut batch)
             .await?;

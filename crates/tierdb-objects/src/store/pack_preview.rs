@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use roaring::RoaringTreemap;
 
-use super::iter::Pages;
+use super::iter::RevisionGroups;
 use super::pack::removed;
 use super::*;
 
@@ -50,36 +50,10 @@ impl VersionedStore {
             None => None,
         };
         progress.pass("sweep (dry run)");
-        let mut group: Vec<(Tid, Revision)> = Vec::new();
-        let mut group_oid: Option<Oid> = None;
-        let mut pages = Pages::new(prefix(records::revisions_prefix()));
-        loop {
-            let page = pages.next(&self.kv).await?;
-            let done = page.is_none();
-            for (k, v) in page.unwrap_or_default() {
-                let Some((oid, tid)) = records::parse_rev_key(&k) else {
-                    return Err(ObjError::Damaged {
-                        key: hex(&k),
-                        reason: "not a revision key".into(),
-                    });
-                };
-                if group_oid != Some(oid) {
-                    if let Some(g) = group_oid {
-                        self.preview_object(g, &group, pack_tid, reachable.as_ref(), &mut out)
-                            .await?;
-                    }
-                    group.clear();
-                    group_oid = Some(oid);
-                }
-                group.push((tid, Revision::decode(&k, &v)?));
-                progress.advance(1);
-            }
-            if done {
-                break;
-            }
-        }
-        if let Some(g) = group_oid {
-            self.preview_object(g, &group, pack_tid, reachable.as_ref(), &mut out)
+        let mut groups = RevisionGroups::new();
+        while let Some((oid, revs)) = groups.next(&self.kv).await? {
+            progress.advance(revs.len() as u64);
+            self.preview_object(oid, &revs, pack_tid, reachable.as_ref(), &mut out)
                 .await?;
         }
         Ok(out)
