@@ -12,8 +12,9 @@
 //! 1. A merge changes no row: the new segments hold exactly the rows of the ones they
 //!    replace, in one atomic catalog commit (`Tables::commit_writes`), which fails, and
 //!    the merge with it, if any of them left the table meanwhile.
-//! 2. A merge never makes a user's statement fail: it does not commit while an UPDATE or
-//!    DELETE of the table is being planned or run in this process ([`DmlGuard`]) or while a transaction
+//! 2. A merge never makes a user's statement fail: it does not commit while an UPDATE,
+//!    DELETE or ADD PRIMARY KEY of the table is being planned or run in this process
+//!    ([`DmlGuard`], which first waits out a merge already past that check) or while a transaction
 //!    holds a write that replaces one of its segments ([`MergeState::claim`]); it gives up
 //!    and the next commit tries again. (A REPEATABLE READ transaction that read the table
 //!    before a merge and rewrites it after can still get 40001, as after any other commit.)
@@ -73,7 +74,10 @@ pub(crate) struct MergeState {
     active_dml: Mutex<HashMap<String, usize>>,
     /// Segment files an open transaction's pending writes replace.
     claimed: Mutex<HashMap<String, usize>>,
-    running: Mutex<HashSet<u64>>,
+    /// Tables (by name) being merged now.
+    running: Mutex<HashSet<String>>,
+    /// Signalled whenever a merge ends.
+    finished: tokio::sync::Notify,
     tasks: Mutex<tokio::task::JoinSet<()>>,
     /// The tables and the session merges run in (none: merges are off).
     runner: Mutex<Option<(std::sync::Weak<Tables>, SessionState)>>,
@@ -151,25 +155,39 @@ pub(crate) struct DmlGuard {
 }
 
 impl DmlGuard {
-    pub(crate) fn new(state: &Arc<MergeState>, table: &str) -> Self {
+    /// Keeps merges of `table` from committing until dropped. Returns once no merge of it
+    /// is running: one that passed its last check before the guard existed has committed
+    /// or given up by then, and one that starts later sees the guard and gives up. (The
+    /// guard is counted before `running` is read, and a merge enters `running` before it
+    /// reads the guard: under these two locks one of the two always sees the other.)
+    pub(crate) async fn acquire(state: &Arc<MergeState>, table: &str) -> Self {
         *state
             .active_dml
             .lock()
             .entry(table.to_string())
             .or_default() += 1;
-        DmlGuard {
+        let guard = DmlGuard {
             state: state.clone(),
             table: table.to_string(),
+        };
+        loop {
+            let ended = state.finished.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if !state.running.lock().contains(table) {
+                return guard;
+            }
+            ended.await;
         }
     }
 
     /// The guard of the table an UPDATE or DELETE statement names (none for others).
-    pub(crate) fn of_statement(
+    pub(crate) async fn of_statement(
         tables: &Tables,
         stmt: &datafusion::sql::parser::Statement,
     ) -> Option<Self> {
         let table = crate::dml::target_table(stmt)?;
-        Some(Self::new(tables.merge_state(), &table))
+        Some(Self::acquire(tables.merge_state(), &table).await)
     }
 }
 
@@ -208,10 +226,10 @@ pub async fn merge_table(tables: &Arc<Tables>, state: &SessionState, name: &str)
         return Ok(0);
     }
     let merge = tables.merge_state();
-    if !merge.running.lock().insert(def.id) {
+    if !merge.running.lock().insert(def.name.clone()) {
         return Ok(0); // one merge per table at a time
     }
-    let _running = scopeguard(merge.clone(), def.id);
+    let _running = Running(merge.clone(), def.name.clone());
     let table = TierTable::load(
         tables.clone(),
         def.clone(),
@@ -289,16 +307,13 @@ fn owned(segments: &[&SegmentMeta]) -> Vec<SegmentMeta> {
     segments.iter().map(|s| (*s).clone()).collect()
 }
 
-/// Forgets the running merge of a table when dropped.
-struct Running(Arc<MergeState>, u64);
-
-fn scopeguard(state: Arc<MergeState>, table: u64) -> Running {
-    Running(state, table)
-}
+/// Forgets the running merge of a table when dropped, and wakes who waits for it.
+struct Running(Arc<MergeState>, String);
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.0.running.lock().remove(&self.1);
+        self.0.finished.notify_waiters();
     }
 }
 

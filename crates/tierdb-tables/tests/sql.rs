@@ -785,6 +785,36 @@ async fn one_row_inserts_are_merged_into_few_segments_and_no_row_changes() {
     assert_eq!(rows(&e, "SELECT k, v FROM s ORDER BY k").await, expected);
 }
 
+/// pgbench 15 INSERTs its tellers one by one, then adds their primary key: a merge of
+/// those segments running meanwhile made ADD PRIMARY KEY fail with 40001 (seen in CI).
+/// The conversion now waits out a running merge and keeps new ones from committing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_primary_key_right_after_one_row_inserts_is_not_refused_by_a_merge() {
+    let (e, _) = engine(1000).await;
+    for round in 0..10 {
+        let t = format!("tellers{round}");
+        e.sql(&format!(
+            "CREATE TABLE {t} (tid INT NOT NULL, tbalance INT)"
+        ))
+        .await
+        .unwrap();
+        // The eighth one-row segment starts a merge (MergePolicy::min_small).
+        for i in 1..=8 {
+            e.sql(&format!("INSERT INTO {t} VALUES ({i}, 0)"))
+                .await
+                .unwrap();
+        }
+        e.sql(&format!("ALTER TABLE {t} ADD PRIMARY KEY (tid)"))
+            .await
+            .unwrap_or_else(|err| panic!("round {round}: {err}"));
+        assert_eq!(
+            rows(&e, &format!("SELECT count(*), sum(tid) FROM {t}")).await,
+            vec![vec!["8".to_string(), "36".to_string()]]
+        );
+    }
+    e.tables().settle().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merge_waits_for_a_transaction_that_rewrites_its_segments() {
     let (e, _) = engine(1000).await;

@@ -169,7 +169,7 @@ pub(crate) async fn execute(
         .ok_or_else(|| TableError::Schema("the DML query lost its target".into()))?;
     let def = view.table().def().clone();
     // No segment merge of this table commits while this runs (merge.rs invariant 2).
-    let _merges_wait = crate::merge::DmlGuard::new(tables.merge_state(), &def.name);
+    let _merges_wait = crate::merge::DmlGuard::acquire(tables.merge_state(), &def.name).await;
     // Step 1: which rows.
     let df = ctx.execute_logical_plan(plan).await?;
     let stream = crate::interrupt::off_task(df.execute_stream()).await?;

@@ -98,7 +98,7 @@ impl SqlSession {
         }
         if crate::dml::is_update_or_delete(&stmt) {
             // No segment merge of the target commits from planning to the end (merge.rs).
-            let _merges_wait = crate::merge::DmlGuard::of_statement(&self.tables, &stmt);
+            let _merges_wait = crate::merge::DmlGuard::of_statement(&self.tables, &stmt).await;
             let plan = match plan {
                 Some(p) => p,
                 None => {
