@@ -479,7 +479,7 @@ impl SqlSession {
                 "CREATE TEMPORARY TABLE is not supported: every tierdb table is stored".into(),
             ));
         }
-        let name = c.name.table().to_string();
+        let name = super::stored_table(&c.name)?.to_string();
         let schema = c.input.schema();
         let mut primary_key = Vec::new();
         for constraint in c.constraints.iter() {

@@ -227,7 +227,14 @@ impl SqlSession {
                 Ok(Outcome::Command("DROP TABLE".into()))
             }
             LogicalPlan::Ddl(DdlStatement::DropTable(d)) => {
-                let name = d.name.table().to_string();
+                let name = match super::stored_table(&d.name) {
+                    Ok(name) => name.to_string(),
+                    // PostgreSQL: a notice "schema … does not exist, skipping".
+                    Err(_) if d.if_exists => {
+                        return Ok(Outcome::Command("DROP TABLE (did not exist)".into()));
+                    }
+                    Err(e) => return Err(e),
+                };
                 let dropped = self.tables.drop_table(&name, d.if_exists).await?;
                 self.schema.refresh().await?;
                 Ok(Outcome::Command(

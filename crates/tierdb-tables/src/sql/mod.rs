@@ -400,6 +400,20 @@ fn session_schema(
     })
 }
 
+/// The stored table a planned name refers to: unqualified, or in `public` (of this
+/// catalog). Any other schema does not exist (3F000): the name must not fall back to the
+/// public table of the same name (`DROP TABLE s1.x` dropped `public.x`).
+pub(crate) fn stored_table(name: &datafusion::common::TableReference) -> Result<&str> {
+    let catalog_ok = name.catalog().is_none_or(|c| c == CATALOG);
+    match name.schema() {
+        Some(s) if s != SCHEMA || !catalog_ok => Err(TableError::Column {
+            code: "3F000",
+            message: format!("schema \"{s}\" does not exist"),
+        }),
+        _ => Ok(name.table()),
+    }
+}
+
 pub fn relation_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Option<String> {
     let parts: Vec<String> = name
         .0
