@@ -1,6 +1,6 @@
 """Column types through `tierdb serve`, against PostgreSQL 15 as the oracle: the same table
 (SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, NUMERIC(p,s), VARCHAR(n), CHAR(n), TEXT,
-BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, BYTEA, UUID, JSON, JSONB) on both, the same rows written with driver
+BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, TIME, BYTEA, UUID, JSON, JSONB) on both, the same rows written with driver
 parameters, then compared: the values read back, the column types and typmods the
 RowDescription reports, COPY TO STDOUT in text and CSV byte for byte, COPY FROM STDIN of
 PostgreSQL's output, and the SQLSTATE of values a type refuses.
@@ -46,18 +46,21 @@ COLUMNS = [
     ("u", "UUID"),
     ("j", "JSON"),
     ("jb", "JSONB"),
+    ("tm", "TIME"),
 ]
 UTC = datetime.timezone.utc
 ROWS = [
     (1, 32767, 2147483647, 9223372036854775807, 1.5, 0.1, decimal.Decimal("12345678.91"), "abcde", "x", "tab\there",
      True, datetime.date(2024, 2, 29), datetime.datetime(2024, 1, 2, 3, 4, 5, 123456),
      datetime.datetime(2024, 1, 2, 1, 4, 5, tzinfo=UTC), b"\x00\xff\\",
-     uuid.UUID("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"), Json(DOC), Jsonb(DOC)),
+     uuid.UUID("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"), Json(DOC), Jsonb(DOC),
+     datetime.time(10, 11, 12, 500000)),
     (2, -32768, -2147483648, -9223372036854775808, -0.25, -1e300, decimal.Decimal("-0.01"), "", "abc", "line\nbreak",
      False, datetime.date(1970, 1, 1), datetime.datetime(1970, 1, 1),
      datetime.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), b"",
-     uuid.UUID(int=0), Json([]), Jsonb("text")),
-    (3, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None),
+     uuid.UUID(int=0), Json([]), Jsonb("text"), datetime.time(23, 59, 59, 999999)),
+    (3, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None,
+     None),
 ]
 
 
@@ -150,6 +153,8 @@ def test_copy_from_reads_postgresql_output(both):
     "INSERT INTO ty (id, jb) VALUES (10, '[1,]')",
     "UPDATE ty SET jb = 'nope' WHERE id = 1",
     "SELECT 'x'::uuid",
+    "INSERT INTO ty (id, tm) VALUES (10, '25:00')",
+    "INSERT INTO ty (id, tm) VALUES (10, 'noon')",
 ])
 def test_refused_values_get_postgresql_sqlstates(both, sql):
     pg, td = both
@@ -278,6 +283,9 @@ JSON_QUERIES = [
     "SELECT '[1, 2, [1, 3]]'::jsonb @> '[1, 3]', '[1, 2, [1, 3]]'::jsonb @> '[[1, 3]]', "
     "'[\"foo\", \"bar\"]'::jsonb @> '\"foo\"', '{\"a\": 1}'::jsonb @> '{}', "
     "'[]'::jsonb @> '{}', '1.0'::jsonb @> '1'",
+    # TIME: compared, ordered, shifted by an interval (wrapping at midnight), in text.
+    "SELECT id, tm, tm < '12:00', tm + interval '90 minutes' FROM ty ORDER BY tm, id",
+    "COPY_TEXT SELECT id, tm, tm - interval '10 hours' FROM ty ORDER BY id",
 ]
 
 
@@ -307,8 +315,9 @@ def test_gen_random_uuid_is_a_uuid(both):
 
 
 def test_uuid_and_jsonb_in_binary_results(both):
-    """PostgreSQL's binary forms: a UUID's 16 bytes, JSONB's version byte then its text."""
+    """PostgreSQL's binary forms: a UUID's 16 bytes, JSONB's version byte then its text,
+    TIME's microseconds."""
     pg, td = both
-    sql = "SELECT u, j, jb FROM ty ORDER BY id"
+    sql = "SELECT u, j, jb, tm FROM ty ORDER BY id"
     want = pg.cursor(binary=True).execute(sql).fetchall()
     assert td.cursor(binary=True).execute(sql).fetchall() == want

@@ -110,7 +110,7 @@ pub(crate) fn encode_rows(
 /// otherwise than PostgreSQL already written as PostgreSQL writes them (Utf8 arrays:
 /// arrow-pg sends a string's bytes as the value's text, under the column's own type OID):
 /// REAL and DOUBLE (`floats`), TIMESTAMP and TIMESTAMPTZ (no `.000000` for whole seconds,
-/// `+02` for a whole-hour offset). Binary-format columns are sent as they are.
+/// `+02` for a whole-hour offset), TIME (`10:11:12.5`, not `10:11:12.500000`). Binary-format columns are sent as they are.
 pub(crate) fn as_pg_text(
     batch: datafusion::arrow::array::RecordBatch,
     fields: &[FieldInfo],
@@ -121,7 +121,11 @@ pub(crate) fn as_pg_text(
     let retyped = |i: usize, c: &ArrayRef| {
         matches!(
             c.data_type(),
-            DataType::Float64 | DataType::Float32 | DataType::Timestamp(_, _)
+            DataType::Float64
+                | DataType::Float32
+                | DataType::Timestamp(_, _)
+                | DataType::Time32(_)
+                | DataType::Time64(_)
         ) && fields
             .get(i)
             .is_some_and(|f| f.format() == pgwire::api::results::FieldFormat::Text)
@@ -293,6 +297,14 @@ pub(crate) fn pg_text(ty: &DataType, text: String) -> String {
         (DataType::Binary | DataType::LargeBinary | DataType::BinaryView, _) => {
             format!("\\x{text}")
         }
+        // A fraction without its trailing zeros, none for whole seconds.
+        (DataType::Time32(_) | DataType::Time64(_), t) => match t.split_once('.') {
+            Some((whole, frac)) => match frac.trim_end_matches('0') {
+                "" => whole.to_string(),
+                frac => format!("{whole}.{frac}"),
+            },
+            None => text,
+        },
         _ => text,
     }
 }
@@ -362,6 +374,11 @@ mod tests {
             "2024-01-02 01:04:05+00"
         );
         assert_eq!(pg_text(&DataType::Binary, "00ff".into()), "\\x00ff");
+        let time = DataType::Time64(datafusion::arrow::datatypes::TimeUnit::Microsecond);
+        assert_eq!(pg_text(&time, "10:11:12.500".into()), "10:11:12.5");
+        assert_eq!(pg_text(&time, "10:11:12.000000".into()), "10:11:12");
+        assert_eq!(pg_text(&time, "00:00:00".into()), "00:00:00");
+        assert_eq!(pg_text(&time, "23:59:59.999999".into()), "23:59:59.999999");
     }
 }
 

@@ -117,6 +117,8 @@ pub enum ColumnType {
     Timestamp,
     /// TIMESTAMPTZ: an instant, stored as microseconds since the epoch in UTC.
     TimestampTz,
+    /// TIME (without time zone): microseconds since midnight, PostgreSQL's precision.
+    Time,
     /// BYTEA.
     Binary,
     /// UUID: stored as its canonical text (lowercase, hyphenated; `pgtext.rs`).
@@ -154,6 +156,7 @@ impl ColumnType {
             ColumnType::Decimal { precision, scale } => DataType::Decimal128(precision, scale),
             ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             ColumnType::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
+            ColumnType::Time => DataType::Time64(TimeUnit::Microsecond),
             ColumnType::Binary => DataType::Binary,
         }
     }
@@ -174,12 +177,13 @@ impl ColumnType {
             },
             DataType::Timestamp(_, None) => ColumnType::Timestamp,
             DataType::Timestamp(_, Some(_)) => ColumnType::TimestampTz,
+            DataType::Time32(_) | DataType::Time64(_) => ColumnType::Time,
             DataType::Binary | DataType::LargeBinary | DataType::BinaryView => ColumnType::Binary,
             other => {
                 return Err(TableError::Schema(format!(
                     "column {column}: type {other} is not supported; use BOOLEAN, SMALLINT, \
                      INT, BIGINT, REAL, DOUBLE, TEXT, VARCHAR(n), CHAR(n), DATE, \
-                     DECIMAL(p,s), TIMESTAMP, TIMESTAMPTZ, BYTEA, UUID, JSON or JSONB"
+                     DECIMAL(p,s), TIMESTAMP, TIMESTAMPTZ, TIME, BYTEA, UUID, JSON or JSONB"
                 )));
             }
         })
@@ -201,6 +205,7 @@ impl ColumnType {
             ColumnType::Decimal { precision, scale } => format!("DECIMAL({precision},{scale})"),
             ColumnType::Timestamp => "TIMESTAMP".into(),
             ColumnType::TimestampTz => "TIMESTAMPTZ".into(),
+            ColumnType::Time => "TIME".into(),
             ColumnType::Binary => "BYTEA".into(),
             ColumnType::Uuid => "UUID".into(),
             ColumnType::Json => "JSON".into(),
@@ -392,7 +397,8 @@ impl StatValue {
             ScalarValue::Float32(Some(f)) => StatValue::Float(f64::from(*f)),
             ScalarValue::Float64(Some(f)) => StatValue::Float(*f),
             ScalarValue::Decimal128(Some(d), _, _) => StatValue::Str(d.to_string()),
-            ScalarValue::TimestampMicrosecond(Some(t), _) => StatValue::Int(*t),
+            ScalarValue::TimestampMicrosecond(Some(t), _)
+            | ScalarValue::Time64Microsecond(Some(t)) => StatValue::Int(*t),
             ScalarValue::Utf8(Some(s))
             | ScalarValue::LargeUtf8(Some(s))
             | ScalarValue::Utf8View(Some(s)) => StatValue::Str(s.clone()),
@@ -416,6 +422,7 @@ impl StatValue {
             (ColumnType::TimestampTz, StatValue::Int(i)) => {
                 ScalarValue::TimestampMicrosecond(Some(*i), Some(UTC.into()))
             }
+            (ColumnType::Time, StatValue::Int(i)) => ScalarValue::Time64Microsecond(Some(*i)),
             // An f32's min and max are exact as f64 and back.
             (ColumnType::Float32, StatValue::Float(f)) => ScalarValue::Float32(Some(*f as f32)),
             (ColumnType::Int64, StatValue::Int(i)) => ScalarValue::Int64(Some(*i)),
@@ -734,6 +741,10 @@ mod tests {
             (
                 ColumnType::TimestampTz,
                 ScalarValue::TimestampMicrosecond(Some(-1), Some(UTC.into())),
+            ),
+            (
+                ColumnType::Time,
+                ScalarValue::Time64Microsecond(Some(86_399_999_999)),
             ),
             (
                 ColumnType::Decimal {

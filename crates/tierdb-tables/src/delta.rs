@@ -60,8 +60,10 @@ fn version_path(dir: &str, version: u64) -> Path {
     Path::from(format!("{dir}/_delta_log/{version:020}.json"))
 }
 
-fn delta_type(ty: ColumnType) -> String {
-    match ty {
+/// The Delta type of a column; `None` for TIME, which Delta has no type for (a table with
+/// one gets no Delta log: other engines cannot read it through Delta).
+fn delta_type(ty: ColumnType) -> Option<String> {
+    Some(match ty {
         ColumnType::Boolean => "boolean".into(),
         ColumnType::Int16 => "short".into(),
         ColumnType::Int32 => "integer".into(),
@@ -80,7 +82,8 @@ fn delta_type(ty: ColumnType) -> String {
         ColumnType::TimestampTz => "timestamp".into(),
         ColumnType::Timestamp => "timestamp_ntz".into(),
         ColumnType::Binary => "binary".into(),
-    }
+        ColumnType::Time => return None,
+    })
 }
 
 /// The table's schema as Delta's `schemaString`.
@@ -89,7 +92,7 @@ fn schema_string(def: &TableDef) -> String {
         .columns
         .iter()
         .map(|c| {
-            json!({"name": c.name, "type": delta_type(c.ty), "nullable": c.nullable, "metadata": {}})
+            json!({"name": c.name, "type": delta_type(c.ty).unwrap_or_default(), "nullable": c.nullable, "metadata": {}})
         })
         .collect();
     json!({"type": "struct", "fields": fields}).to_string()
@@ -293,6 +296,9 @@ impl DeltaLogs {
         def: &TableDef,
         segments: &[SegmentMeta],
     ) -> Result<()> {
+        if def.columns.iter().any(|c| delta_type(c.ty).is_none()) {
+            return Ok(()); // a type Delta cannot say (TIME): no log
+        }
         let store: &dyn ObjectStore = tiered;
         let mut states = self.states.lock().await;
         let dir = table_root(root, def.id);

@@ -236,6 +236,11 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             datafusion::arrow::error::ArrowError::DivideByZero => "22012", // division_by_zero
             // numeric_value_out_of_range
             datafusion::arrow::error::ArrowError::ArithmeticOverflow(_) => "22003",
+            datafusion::arrow::error::ArrowError::CastError(m)
+                if let Some(code) = datetime_cast_sqlstate(m) =>
+            {
+                code
+            }
             _ => match datafusion_kind(e) {
                 ErrorKind::Data => "XX001",
                 ErrorKind::Retry => "58030",
@@ -248,6 +253,26 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             _ => "22000", // data_exception: a cast or arithmetic on the rows
         },
     }
+}
+
+/// A text that did not cast to a date, time or timestamp, as PostgreSQL tells it: 22008
+/// (datetime_field_overflow) when it is written like one but a field is out of range
+/// (`25:00`, `2024-02-30`), 22007 (invalid_datetime_format) otherwise (`noon`).
+fn datetime_cast_sqlstate(message: &str) -> Option<&'static str> {
+    let rest = message.split("Cannot cast string '").nth(1)?;
+    let (value, target) = rest.rsplit_once("' to value of ")?;
+    if !["Time32", "Time64", "Timestamp", "Date32", "Date64"]
+        .iter()
+        .any(|t| target.starts_with(t))
+    {
+        return None;
+    }
+    let shaped = !value.trim().is_empty()
+        && value
+            .trim()
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b" :-.T+".contains(&b));
+    Some(if shaped { "22008" } else { "22007" })
 }
 
 impl From<TableError> for DataFusionError {
@@ -269,4 +294,31 @@ pub fn sqlstate_of(e: &(dyn std::error::Error + 'static)) -> &'static str {
         return datafusion_sqlstate(d);
     }
     "XX000"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datetime_casts_fail_with_postgresql_sqlstates() {
+        let m = |v: &str, t: &str| format!("Cannot cast string '{v}' to value of {t} type");
+        assert_eq!(
+            datetime_cast_sqlstate(&m("25:00", "Time64(µs)")),
+            Some("22008")
+        );
+        assert_eq!(
+            datetime_cast_sqlstate(&m("2024-02-30", "Date32")),
+            Some("22008")
+        );
+        assert_eq!(
+            datetime_cast_sqlstate(&m("noon", "Time64(µs)")),
+            Some("22007")
+        );
+        assert_eq!(
+            datetime_cast_sqlstate(&m("x", "Timestamp(µs)")),
+            Some("22007")
+        );
+        assert_eq!(datetime_cast_sqlstate(&m("x", "Int32")), None);
+    }
 }

@@ -4,7 +4,7 @@
 
 use crate::catalog::{ColumnType, Retired, SegmentMeta, TableDef, decode};
 
-pub(crate) const TYPES: [ColumnType; 15] = [
+pub(crate) const TYPES: [ColumnType; 16] = [
     ColumnType::Boolean,
     ColumnType::Int16,
     ColumnType::Int32,
@@ -16,6 +16,7 @@ pub(crate) const TYPES: [ColumnType; 15] = [
     ColumnType::Char { len: 2 },
     ColumnType::Timestamp,
     ColumnType::TimestampTz,
+    ColumnType::Time,
     ColumnType::Binary,
     ColumnType::Date32,
     ColumnType::Decimal {

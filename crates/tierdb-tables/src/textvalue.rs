@@ -1,7 +1,7 @@
 //! Values of the types whose text form needs more than `str::parse`, as CSV files and
-//! PostgreSQL's COPY write them: timestamps (with or without an offset) and BYTEA.
+//! PostgreSQL's COPY write them: timestamps (with or without an offset), times and BYTEA.
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Timelike};
 
 const NAIVE: [&str; 2] = ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f"];
 const OFFSET: [&str; 2] = ["%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z"];
@@ -34,6 +34,33 @@ pub fn timestamp_micros(text: &str, keep_offset: bool) -> Option<i64> {
     Some(date.and_hms_opt(0, 0, 0)?.and_utc().timestamp_micros())
 }
 
+/// A TIME's microseconds since midnight: `HH:MM`, `HH:MM:SS` or `HH:MM:SS.ffffff` (more
+/// digits are rounded to microseconds, as PostgreSQL does). PostgreSQL also takes
+/// `24:00:00`; tierdb does not (Arrow's TIME, and the clients' time types, end at
+/// 23:59:59.999999), nor a fraction that rounds up to it.
+pub fn time_micros(text: &str) -> Option<i64> {
+    let t = text.trim();
+    let (whole, frac) = match t.split_once('.') {
+        Some((w, f)) if !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) => (w, f),
+        Some(_) => return None,
+        None => (t, ""),
+    };
+    let time = NaiveTime::parse_from_str(whole, "%H:%M:%S")
+        .or_else(|_| NaiveTime::parse_from_str(whole, "%H:%M"))
+        .ok()?;
+    let secs = i64::from(time.num_seconds_from_midnight());
+    // Round to microseconds, half away from zero, on the digits as written.
+    let mut micros: i64 = 0;
+    for (i, d) in frac.bytes().take(6).enumerate() {
+        micros += i64::from(d - b'0') * 10_i64.pow(5 - i as u32);
+    }
+    if frac.as_bytes().get(6).is_some_and(|&d| d >= b'5') {
+        micros += 1;
+    }
+    let total = secs * 1_000_000 + micros;
+    (total < 86_400_000_000).then_some(total)
+}
+
 /// BYTEA in PostgreSQL's hex format (`\x0a0b`, as COPY and psql write it); text without the
 /// `\x` prefix is taken as its UTF-8 bytes. `None` for a bad hex digit or an odd count.
 pub fn bytea(text: &str) -> Option<Vec<u8>> {
@@ -52,6 +79,28 @@ pub fn bytea(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_as_postgresql_reads_them() {
+        assert_eq!(time_micros("00:00"), Some(0));
+        assert_eq!(time_micros("10:11:12"), Some(36_672_000_000));
+        assert_eq!(time_micros("10:11:12.5"), Some(36_672_500_000));
+        assert_eq!(time_micros(" 23:59:59.9999994 "), Some(86_399_999_999));
+        assert_eq!(time_micros("00:00:00.0000005"), Some(1));
+        assert_eq!(time_micros("00:00:00.0000004"), Some(0));
+        for bad in [
+            "",
+            "25:00",
+            "10:61:00",
+            "10:11:12.",
+            "10:11:12.x",
+            "24:00:00",
+            "23:59:59.9999995",
+            "noon",
+        ] {
+            assert_eq!(time_micros(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn timestamps_in_every_spelling() {

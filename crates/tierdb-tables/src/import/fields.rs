@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder,
     Float64Builder, Int16Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
-    TimestampMicrosecondBuilder,
+    Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::compute::kernels::cast_utils::parse_decimal;
 use datafusion::arrow::datatypes::Decimal128Type;
@@ -33,6 +33,8 @@ enum Value<'a> {
     Dec(i128),
     /// Microseconds since the epoch.
     Ts(i64),
+    /// Microseconds since midnight.
+    Time(i64),
     Bin(Vec<u8>),
 }
 
@@ -52,6 +54,7 @@ enum Col {
     Dec(Decimal128Builder, u8, i8),
     /// Timestamps: with a time zone (an instant) or without.
     Ts(TimestampMicrosecondBuilder, bool),
+    Time(Time64MicrosecondBuilder),
     Bin(BinaryBuilder),
 }
 
@@ -75,6 +78,7 @@ impl Col {
                 TimestampMicrosecondBuilder::with_capacity(n).with_timezone(crate::catalog::UTC),
                 true,
             ),
+            ColumnType::Time => Col::Time(Time64MicrosecondBuilder::with_capacity(n)),
             ColumnType::Binary => Col::Bin(BinaryBuilder::with_capacity(n, n * 16)),
             ColumnType::Date32 => Col::Date(Date32Builder::with_capacity(n)),
             ColumnType::Decimal { precision, scale } => Col::Dec(
@@ -114,6 +118,10 @@ impl Col {
                 crate::textvalue::timestamp_micros(t, *tz)
                     .ok_or_else(|| format!("{s:?} is not a timestamp (YYYY-MM-DD HH:MM:SS)"))?,
             ),
+            Col::Time(_) => Value::Time(
+                crate::textvalue::time_micros(t)
+                    .ok_or_else(|| format!("{s:?} is not a time (HH:MM:SS)"))?,
+            ),
             Col::Bin(_) => Value::Bin(
                 crate::textvalue::bytea(s)
                     .ok_or_else(|| format!("{s:?} is not BYTEA (\\x and hex digits)"))?,
@@ -147,6 +155,7 @@ impl Col {
             (Col::Date(b), Value::Date(x)) => b.append_value(*x),
             (Col::Dec(b, _, _), Value::Dec(x)) => b.append_value(*x),
             (Col::Ts(b, _), Value::Ts(x)) => b.append_value(*x),
+            (Col::Time(b), Value::Time(x)) => b.append_value(*x),
             (Col::Bin(b), Value::Bin(x)) => b.append_value(x),
             (Col::Bool(b), _) => b.append_null(),
             (Col::I16(b), _) => b.append_null(),
@@ -158,6 +167,7 @@ impl Col {
             (Col::Date(b), _) => b.append_null(),
             (Col::Dec(b, _, _), _) => b.append_null(),
             (Col::Ts(b, _), _) => b.append_null(),
+            (Col::Time(b), _) => b.append_null(),
             (Col::Bin(b), _) => b.append_null(),
         }
     }
@@ -174,6 +184,7 @@ impl Col {
             Col::Date(b) => Arc::new(b.finish()),
             Col::Dec(b, _, _) => Arc::new(b.finish()),
             Col::Ts(b, _) => Arc::new(b.finish()),
+            Col::Time(b) => Arc::new(b.finish()),
             Col::Bin(b) => Arc::new(b.finish()),
         }
     }

@@ -6,7 +6,7 @@
 //! | 1 | [`ROW_FORMAT_VERSION`] (1) |
 //! | 2 | column count `n`, u16 little-endian |
 //! | ⌈n/8⌉ | NULL bitmap: bit `i % 8` of byte `i / 8` set when column `i` is NULL |
-//! | … | each non-NULL column in order: BOOLEAN 1 byte; SMALLINT 2, INT and DATE 4, BIGINT and TIMESTAMP(TZ) 8 (µs), REAL 4, DOUBLE 8 (IEEE bits), DECIMAL 16 (unscaled i128): all little-endian; TEXT, VARCHAR, CHAR, UUID, JSON, JSONB (their canonical text) and BYTEA a u32 little-endian length, then the bytes |
+//! | … | each non-NULL column in order: BOOLEAN 1 byte; SMALLINT 2, INT and DATE 4, BIGINT, TIMESTAMP(TZ) and TIME 8 (µs; TIME since midnight), REAL 4, DOUBLE 8 (IEEE bits), DECIMAL 16 (unscaled i128): all little-endian; TEXT, VARCHAR, CHAR, UUID, JSON, JSONB (their canonical text) and BYTEA a u32 little-endian length, then the bytes |
 //!
 //! Invariants:
 //!
@@ -54,9 +54,9 @@ fn encode_value(out: &mut Vec<u8>, ty: ColumnType, v: &ScalarValue) -> Result<()
         ScalarValue::Int32(Some(i)) | ScalarValue::Date32(Some(i)) => {
             out.extend_from_slice(&i.to_le_bytes())
         }
-        ScalarValue::Int64(Some(i)) | ScalarValue::TimestampMicrosecond(Some(i), _) => {
-            out.extend_from_slice(&i.to_le_bytes())
-        }
+        ScalarValue::Int64(Some(i))
+        | ScalarValue::TimestampMicrosecond(Some(i), _)
+        | ScalarValue::Time64Microsecond(Some(i)) => out.extend_from_slice(&i.to_le_bytes()),
         ScalarValue::Float32(Some(f)) => out.extend_from_slice(&f.to_bits().to_le_bytes()),
         ScalarValue::Float64(Some(f)) => out.extend_from_slice(&f.to_bits().to_le_bytes()),
         ScalarValue::Decimal128(Some(i), _, _) => out.extend_from_slice(&i.to_le_bytes()),
@@ -133,6 +133,7 @@ fn decode_value(r: &mut Reader<'_>, ty: ColumnType) -> std::result::Result<Scala
             Some(i64::from_le_bytes(r.array()?)),
             Some(UTC.into()),
         ),
+        ColumnType::Time => ScalarValue::Time64Microsecond(Some(i64::from_le_bytes(r.array()?))),
         ColumnType::Float32 => {
             ScalarValue::Float32(Some(f32::from_bits(u32::from_le_bytes(r.array()?))))
         }
@@ -282,6 +283,16 @@ mod tests {
         assert_eq!(back[0], ScalarValue::Int32(Some(-1)));
         assert_eq!(back[1], ScalarValue::Utf8(None));
         assert_eq!(back[2], ScalarValue::Binary(Some(vec![])));
+    }
+
+    #[test]
+    fn time_is_eight_bytes_of_microseconds_since_midnight() {
+        let v = ScalarValue::Time64Microsecond(Some(36_672_500_000)); // 10:11:12.5
+        let mut out = Vec::new();
+        encode_value(&mut out, ColumnType::Time, &v).unwrap();
+        assert_eq!(hex(&out), "20f1d98908000000");
+        let mut r = Reader { buf: &out, at: 0 };
+        assert_eq!(decode_value(&mut r, ColumnType::Time).unwrap(), v);
     }
 
     #[test]

@@ -48,7 +48,9 @@ pub(crate) fn encode(
         ScalarValue::Int32(Some(i)) | ScalarValue::Date32(Some(i)) => {
             out.extend_from_slice(&((i as u32) ^ 0x8000_0000).to_be_bytes())
         }
-        ScalarValue::Int64(Some(i)) | ScalarValue::TimestampMicrosecond(Some(i), _) => {
+        ScalarValue::Int64(Some(i))
+        | ScalarValue::TimestampMicrosecond(Some(i), _)
+        | ScalarValue::Time64Microsecond(Some(i)) => {
             out.extend_from_slice(&((i as u64) ^ (1 << 63)).to_be_bytes())
         }
         ScalarValue::Float32(Some(f)) => {
