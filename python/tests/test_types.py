@@ -3,7 +3,8 @@
 BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, TIME, BYTEA, UUID, JSON, JSONB) on both, the same rows written with driver
 parameters, then compared: the values read back, the column types and typmods the
 RowDescription reports, COPY TO STDOUT in text and CSV byte for byte, COPY FROM STDIN of
-PostgreSQL's output, and the SQLSTATE of values a type refuses.
+PostgreSQL's output, the SQLSTATE of values a type refuses, and what
+`information_schema.columns` says of each column.
 
 Needs the `tierdb` binary (TIERDB_BIN) and PostgreSQL 15 (scripts/postgres.sh)."""
 
@@ -321,3 +322,21 @@ def test_uuid_and_jsonb_in_binary_results(both):
     sql = "SELECT u, j, jb, tm FROM ty ORDER BY id"
     want = pg.cursor(binary=True).execute(sql).fetchall()
     assert td.cursor(binary=True).execute(sql).fetchall() == want
+
+
+def test_information_schema_columns_answers_as_postgresql(both):
+    """PostgreSQL's 44 columns and names (`character varying`, `udt_name` int4, lengths,
+    precisions), as dbt, Grafana and DBeaver read them; only the database name differs."""
+    pg, td = both
+    sql = ("SELECT * FROM information_schema.columns WHERE table_schema = 'public' "
+           "AND table_name = 'ty' ORDER BY ordinal_position")
+    want_cur, got_cur = pg.execute(sql), td.execute(sql)
+    names = [d.name for d in want_cur.description]
+    assert [d.name for d in got_cur.description] == names
+    want, got = want_cur.fetchall(), got_cur.fetchall()
+    assert len(got) == len(want) == len(COLUMNS)
+    for w, g in zip(want, got):
+        for name, wv, gv in zip(names, w, g):
+            if name in ("table_catalog", "udt_catalog"):
+                continue
+            assert gv == wv, f"{w[3]}.{name}: tierdb {gv!r}, PostgreSQL {wv!r}"

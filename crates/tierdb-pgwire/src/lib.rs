@@ -42,6 +42,7 @@ mod errors;
 mod extended;
 mod floats;
 pub mod fuzzing;
+mod infoschema;
 mod keyed;
 mod keys;
 mod keysql;

@@ -176,7 +176,17 @@ fn parse_unrepaired(
                 crate::systemcols::rewrite(s);
             }
         }
-        if !sql.contains("pg_catalog") && !statements.iter().any(crate::catalogsql::reads_catalog) {
+        // PostgreSQL's information_schema.columns, a view over pg_catalog (infoschema.rs).
+        let mut info_columns = false;
+        if sql.to_ascii_lowercase().contains("information_schema") {
+            for s in &mut statements {
+                info_columns |= crate::infoschema::rewrite(s);
+            }
+        }
+        if !info_columns
+            && !sql.contains("pg_catalog")
+            && !statements.iter().any(crate::catalogsql::reads_catalog)
+        {
             return Ok(statements);
         }
         return Ok(statements
