@@ -127,6 +127,7 @@ pub fn row_value_seeds() -> Vec<Vec<u8>> {
             S::Utf8(Some("x ".into())),
             S::TimestampMicrosecond(Some(i64::MIN), None),
             S::TimestampMicrosecond(Some(1_700_000_000_000_000), tz.clone()),
+            S::Time64Microsecond(Some(86_399_999_999)),
             S::Binary(Some(vec![0, 255, 7])),
             S::Date32(Some(-719_162)),
             S::Decimal128(Some(-9_999_999_999), 10, 2),
