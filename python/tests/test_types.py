@@ -340,3 +340,27 @@ def test_information_schema_columns_answers_as_postgresql(both):
             if name in ("table_catalog", "udt_catalog"):
                 continue
             assert gv == wv, f"{w[3]}.{name}: tierdb {gv!r}, PostgreSQL {wv!r}"
+
+
+NAMED_QUERIES = [
+    "SELECT count(*), 1 + 1, 'a'::text, '{}'::jsonb, '{}'::jsonb::text, upper(v), max(i), "
+    "s + 1, CAST(i AS bigint), coalesce(i, 0), CASE WHEN i > 0 THEN 1 END, "
+    "CASE WHEN i > 0 THEN 1 ELSE i END, sum(i), 1::integer, 2.5::double precision, "
+    "date '2024-01-01', interval '1 day', (SELECT max(s) FROM ty), "
+    "i AS named, ty.i FROM ty GROUP BY v, i, s",
+    "SELECT count(i), count(s) FROM ty",
+    "SELECT *, 1 + 1 FROM (SELECT id, v FROM ty) sub ORDER BY id",
+    "SELECT 1 UNION ALL SELECT 2 AS x",
+    # Repeated names (DataFusion refuses them in a projection; PostgreSQL does not).
+    "SELECT i, CAST(i AS bigint), i FROM ty ORDER BY 1, 2",
+    "SELECT count(i), count(s), i FROM ty GROUP BY i ORDER BY count(i), i",
+]
+
+
+@pytest.mark.parametrize("sql", NAMED_QUERIES)
+def test_result_columns_are_named_as_postgresql_names_them(both, sql):
+    pg, td = both
+    for prepare in (False, True):  # simple and extended protocol
+        want = [d.name for d in pg.execute(sql, prepare=prepare).description]
+        got = [d.name for d in td.execute(sql, prepare=prepare).description]
+        assert got == want, f"prepare={prepare}"

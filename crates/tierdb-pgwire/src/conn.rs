@@ -251,6 +251,7 @@ impl ConnState {
             }
             _ => {}
         }
+        let names = crate::colnames::for_client(&stmt);
         // The session aborts its transaction when the statement fails or is dropped (a
         // stop drops it).
         let mut stop = self.stop(client, &session);
@@ -277,10 +278,14 @@ impl ConnState {
             Outcome::Rows(rows) => {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
                 let ids = self.table_oids.resolve(&session, &rows.origins()).await;
-                let fields = Arc::new(crate::tableoid::with_ids(
+                let fields = crate::tableoid::with_ids(
                     crate::encode::describe(rows.schema().as_arrow(), format, Some(options))?,
                     &ids,
-                ));
+                );
+                let fields = Arc::new(match &names {
+                    Some(n) => n.apply(fields),
+                    None => fields,
+                });
                 // An error while the rows stream (an overflow, a timeout, a cancel) fails the
                 // statement after it started answering; the session's rows abort its
                 // transaction then, as any failed statement does.

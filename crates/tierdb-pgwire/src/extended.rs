@@ -146,6 +146,10 @@ impl QueryParser for ConnState {
                     None,
                 )
                 .map(|f| crate::tableoid::with_ids(f, &stmt.ids))
+                .map(|f| match crate::colnames::for_client(&stmt.stmt) {
+                    Some(n) => n.apply(f),
+                    None => f,
+                })
             }
             _ => Ok(Vec::new()),
         }

@@ -32,6 +32,7 @@ mod auth;
 mod cancel;
 mod catalogfns;
 mod catalogsql;
+mod colnames;
 mod compat;
 mod conn;
 mod copy;

@@ -183,11 +183,10 @@ impl SqlSession {
                 self.require_tables(&state, &stmt)?;
                 crate::guard::check(&stmt)?;
                 let planning = state.clone();
-                let plan =
-                    crate::interrupt::off_task(
-                        async move { planning.statement_to_plan(stmt).await },
-                    )
-                    .await?;
+                let plan = crate::interrupt::off_task(async move {
+                    super::colnames::statement_to_plan(&planning, stmt).await
+                })
+                .await?;
                 let plan = crate::rows::sequence::bind_to_session(plan, &state)?;
                 crate::literals::int4_literals(plan)?
             }

@@ -595,7 +595,7 @@ impl SqlSession {
             return Ok(Some(crate::dml::plan(&state, &self.tables, stmt).await?));
         }
         crate::guard::check(stmt)?;
-        let plan = state.statement_to_plan(stmt.clone()).await?;
+        let plan = super::colnames::statement_to_plan(&state, stmt.clone()).await?;
         let plan = crate::rows::sequence::bind_to_session(plan, &state)?;
         Ok(Some(crate::literals::int4_literals(plan)?))
     }
