@@ -287,6 +287,9 @@ JSON_QUERIES = [
     # TIME: compared, ordered, shifted by an interval (wrapping at midnight), in text.
     "SELECT id, tm, tm < '12:00', tm + interval '90 minutes' FROM ty ORDER BY tm, id",
     "COPY_TEXT SELECT id, tm, tm - interval '10 hours' FROM ty ORDER BY id",
+    # A cast to text is text, not the type it cast from.
+    "SELECT '{}'::jsonb::text, jb::text, u::text, CAST(j AS text), v::text, u FROM ty "
+    "ORDER BY id",
 ]
 
 

@@ -85,12 +85,13 @@ pub fn unique_result_names(stmt: &mut DfStatement) -> bool {
 }
 
 /// Plans `stmt`; a query refused for a repeated column name is planned again with its
-/// result columns aliased apart ([`unique_result_names`]).
+/// result columns aliased apart ([`unique_result_names`]). Casts to text declare text
+/// (`casts.rs`).
 pub(crate) async fn statement_to_plan(
     state: &datafusion::execution::SessionState,
     stmt: DfStatement,
 ) -> datafusion::common::Result<datafusion::logical_expr::LogicalPlan> {
-    match state.statement_to_plan(stmt.clone()).await {
+    let plan = match state.statement_to_plan(stmt.clone()).await {
         Err(e) if e.to_string().contains(DUPLICATE_NAMES) => {
             let mut stmt = stmt;
             if unique_result_names(&mut stmt) {
@@ -100,7 +101,8 @@ pub(crate) async fn statement_to_plan(
             }
         }
         other => other,
-    }
+    }?;
+    super::casts::text_casts_are_text(plan)
 }
 
 fn alias_set_expr(body: &mut SetExpr) -> bool {
