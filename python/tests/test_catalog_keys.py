@@ -5,7 +5,9 @@ the same, and pg_dump 15 must write the same key and index statements. A dump of
 restored with psql into a fresh tierdb database gives back the same tables: the rows,
 row tables again (a duplicate key is refused with 23505), their indexes and defaults,
 and a SERIAL column's sequence (CREATE SEQUENCE, OWNED BY, the default added after it,
-its value by setval): the restored table draws new keys past the old ones.
+its value by setval): the restored table draws new keys past the old ones. COMMENT ON
+TABLE and COLUMN are kept: pg_description, obj_description, col_description and
+pg_dump's COMMENT statements are PostgreSQL's.
 
 Needs `tierdb` (TIERDB_BIN), psql, pg_dump and PostgreSQL 15 (scripts/postgres.sh)."""
 
@@ -45,6 +47,12 @@ SETUP = [
     "CREATE SEQUENCE free_seq INCREMENT BY 3 START WITH 7",
     "CREATE TABLE plain (n BIGINT, s TEXT)",
     "INSERT INTO plain VALUES (1, 'one')",
+    # Comments, kept in the catalog and listed in pg_description.
+    "COMMENT ON TABLE acct IS 'accounts, one per owner'",
+    "COMMENT ON COLUMN acct.bal IS 'balance in €'",
+    "COMMENT ON COLUMN plain.s IS 'it''s text'",
+    "COMMENT ON COLUMN plain.n IS 'gone soon'",
+    "COMMENT ON COLUMN plain.n IS NULL",
 ]
 
 
@@ -124,6 +132,26 @@ def test_pg_dump_writes_the_keys_and_indexes_postgresql_writes(servers):
     assert got["tierdb"] == got["postgres"], got
     # 7 keys and indexes; 2 sequences, the SERIAL one's OWNED BY, its default.
     assert len(got["tierdb"]) == 11, got
+
+
+def test_comments_are_kept_and_read_as_postgresql_reads_them(servers):
+    sql = ("SELECT c.relname, d.objsubid, d.description FROM pg_catalog.pg_description d "
+           "JOIN pg_catalog.pg_class c ON d.objoid = c.oid WHERE d.classoid = 1259 "
+           "ORDER BY 1, 2")
+    funcs = ("SELECT obj_description(c.oid, 'pg_class'), col_description(c.oid, 3), "
+             "col_description(c.oid, 1) FROM pg_catalog.pg_class c WHERE c.relname = 'acct'")
+    got = {}
+    for name, (port, user, password, db) in servers.items():
+        dsn = engines.tierdb_dsn(port) if name == "tierdb" else engines.pg_dsn(port)
+        with psycopg.connect(dsn, autocommit=True) as c:
+            got[name] = (c.execute(sql).fetchall(), c.execute(funcs).fetchall())
+    assert got["tierdb"] == got["postgres"], got
+    assert len(got["tierdb"][0]) == 3, got
+    # pg_dump writes the same COMMENT statements.
+    comments = {name: sorted(line for line in dump(s).splitlines() if line.startswith("COMMENT ON"))
+                for name, s in servers.items()}
+    assert comments["tierdb"] == comments["postgres"], comments
+    assert len(comments["tierdb"]) == 3, comments
 
 
 def test_a_dump_restores_row_tables_with_their_keys(servers, tmp_path):

@@ -269,8 +269,9 @@ pub(crate) fn install(engine: &SqlEngine) {
         "pg_get_function_identity_arguments",
         "pg_get_function_result",
         "pg_get_function_sqlbody",
-        // Comments: COMMENT ON is accepted and not kept, so every object has none
-        // (pgjdbc's getUDTs, DBeaver's and DataGrip's table lists).
+        // Comments of what tierdb keeps none for (a schema's, a type's): NULL. Those of
+        // tables and columns are lookups of pg_description in catalog queries
+        // (`comments.rs`).
         "obj_description",
         "col_description",
         "shobj_description",

@@ -1,8 +1,9 @@
 //! Rule 8 of `pgcatalog.rs`: `pg_class`, `pg_index`, `pg_constraint` and `pg_attrdef` with
 //! the keys, indexes and defaults of tierdb's tables (`keys.rs`), `pg_class` and
-//! `pg_sequence` with its sequences (`sequences.rs`), and `pg_depend` with what depends on
-//! what among them and views, as tables whose rows are built when a query scans them, not
-//! when it names them.
+//! `pg_sequence` with its sequences (`sequences.rs`), `pg_depend` with what depends on
+//! what among them and views, and `pg_description` with the tables' comments
+//! (`comments.rs`), as tables whose rows are built when a query scans them, not when it
+//! names them.
 //!
 //! Why lazily: the rows need each table's `pg_class` oid, so building them scans
 //! datafusion-pg-catalog's `pg_class`; that scan asks every catalog table for its schema,
@@ -23,13 +24,14 @@ use tierdb_tables::tables::Tables;
 use crate::keys::{self, Keys, Relations};
 
 /// The catalog tables of rule 8.
-pub(crate) const KEYED_TABLES: [&str; 6] = [
+pub(crate) const KEYED_TABLES: [&str; 7] = [
     "pg_class",
     "pg_index",
     "pg_constraint",
     "pg_attrdef",
     "pg_sequence",
     "pg_depend",
+    "pg_description",
 ];
 
 /// One of [`KEYED_TABLES`].
@@ -92,7 +94,8 @@ impl KeyedTable {
         let missing = || DataFusionError::Plan(format!("pg_catalog.{} is missing", self.name));
         let table = self.inner.table(self.name).await?.ok_or_else(missing)?;
         let namespace = || async { self.inner.table("pg_namespace").await?.ok_or_else(missing) };
-        let relations = match keys == Keys::default() {
+        let described = self.name == "pg_description";
+        let relations = match keys == Keys::default() && !described {
             true => Relations::new(),
             false => {
                 let class = self.inner.table("pg_class").await?.ok_or_else(missing)?;
@@ -136,6 +139,10 @@ impl KeyedTable {
                     &keys,
                     more,
                 )?
+            }
+            "pg_description" => {
+                let public = keys::public_namespace(namespace().await?).await?;
+                crate::comments::pg_description(table, &defs, &relations, public)?
             }
             "pg_index" => keys::pg_index(&schema, &keys, &relations)?,
             "pg_constraint" => keys::pg_constraint(&schema, &keys, &relations)?,

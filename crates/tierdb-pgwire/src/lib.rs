@@ -33,6 +33,7 @@ mod cancel;
 mod catalogfns;
 mod catalogsql;
 mod colnames;
+mod comments;
 mod compat;
 mod conn;
 mod copy;

@@ -185,6 +185,7 @@ fn parse_unrepaired(
         }
         if !info_columns
             && !sql.contains("pg_catalog")
+            && !sql.contains("_description(")
             && !statements.iter().any(crate::catalogsql::reads_catalog)
         {
             return Ok(statements);

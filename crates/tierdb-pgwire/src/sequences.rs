@@ -263,6 +263,7 @@ mod tests {
             primary_key: vec!["id".into()],
             defaults,
             indexes: vec![],
+            comments: Default::default(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! ALTER TABLE on the catalog: RENAME TO, ADD COLUMN, DROP COLUMN, ALTER COLUMN SET/DROP
-//! NOT NULL. Each is one atomic
+//! NOT NULL; and COMMENT ON TABLE / COLUMN. Each is one atomic
 //! catalog commit that touches no segment file, so it takes the same time on any table.
 //!
 //! Invariants:
@@ -50,6 +50,12 @@ pub enum TableChange {
     Default {
         name: String,
         sql: Option<String>,
+    },
+    /// COMMENT ON TABLE (`column` None) or COLUMN … IS 'text' (`text` None: IS NULL, the
+    /// description removed).
+    Comment {
+        column: Option<String>,
+        text: Option<String>,
     },
 }
 
@@ -210,6 +216,20 @@ async fn apply(
             for (c, _) in &mut def.defaults {
                 rename(c);
             }
+            def.comments.rename_column(from, to);
+        }
+        TableChange::Comment { column: None, text } => def.comments.table = text.clone(),
+        TableChange::Comment {
+            column: Some(c),
+            text,
+        } => {
+            if def.column_index(c).is_none() {
+                return Err(column_error(
+                    "42703",
+                    format!("column \"{c}\" of relation \"{}\" does not exist", def.name),
+                ));
+            }
+            def.comments.set_column(c, text.clone());
         }
         TableChange::Default { name, sql } => {
             if def.column_index(name).is_none() {
@@ -299,6 +319,7 @@ async fn apply(
             }
             def.columns.remove(i);
             def.dropped.push(name.clone());
+            def.comments.set_column(name, None);
             for s in segments.iter_mut() {
                 if i < s.columns.len() {
                     s.columns.remove(i);

@@ -290,6 +290,43 @@ pub struct TableDef {
     /// Secondary indexes (row tables only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub indexes: Vec<crate::rows::index::IndexDef>,
+    /// COMMENT ON TABLE and COMMENT ON COLUMN.
+    #[serde(default, skip_serializing_if = "Comments::is_empty")]
+    pub comments: Comments,
+}
+
+/// A table's descriptions (`COMMENT ON`), as `pg_description` lists them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Comments {
+    /// The table's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    /// (column, description), in the order they were made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<(String, String)>,
+}
+
+impl Comments {
+    pub fn is_empty(&self) -> bool {
+        self.table.is_none() && self.columns.is_empty()
+    }
+
+    /// Sets (`Some`) or removes (`None`) the description of `column`.
+    pub fn set_column(&mut self, column: &str, text: Option<String>) {
+        self.columns.retain(|(c, _)| c != column);
+        if let Some(t) = text {
+            self.columns.push((column.to_string(), t));
+        }
+    }
+
+    /// A column renamed keeps its description.
+    pub fn rename_column(&mut self, from: &str, to: &str) {
+        for (c, _) in &mut self.columns {
+            if c == from {
+                *c = to.to_string();
+            }
+        }
+    }
 }
 
 impl TableDef {

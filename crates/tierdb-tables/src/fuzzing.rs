@@ -84,6 +84,7 @@ fn row_table(columns: usize) -> TableDef {
         primary_key: vec!["c0".into()],
         defaults: Vec::new(),
         indexes: Vec::new(),
+        comments: Default::default(),
     }
 }
 

@@ -253,6 +253,7 @@ mod tests {
             primary_key: Vec::new(),
             defaults: Vec::new(),
             indexes: Vec::new(),
+            comments: Default::default(),
         };
         let schema = Arc::new(Schema::new(vec![
             Field::new("narrow", DataType::Int32, false),

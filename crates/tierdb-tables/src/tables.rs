@@ -238,6 +238,7 @@ impl Tables {
             primary_key: new.primary_key,
             defaults: new.defaults,
             indexes: Vec::new(),
+            comments: Default::default(),
         };
         def.validate()?;
         let mut b = CatalogBatch::default();

@@ -36,6 +36,7 @@ fn seeds() -> Vec<Vec<u8>> {
         primary_key: Vec::new(),
         defaults: Vec::new(),
         indexes: Vec::new(),
+        comments: Default::default(),
     };
     let stats = |min, max| ColumnStats {
         min: Some(min),

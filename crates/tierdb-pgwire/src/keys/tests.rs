@@ -43,6 +43,7 @@ fn table(id: u64, name: &str) -> TableDef {
                 constraint: true,
             },
         ],
+        comments: Default::default(),
     }
 }
 

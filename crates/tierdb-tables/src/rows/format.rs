@@ -253,6 +253,7 @@ mod tests {
             primary_key: vec!["id".into()],
             defaults: vec![],
             indexes: vec![],
+            comments: Default::default(),
         }
     }
 

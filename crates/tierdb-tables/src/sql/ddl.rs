@@ -434,11 +434,14 @@ impl SqlSession {
                 );
                 "CREATE SCHEMA"
             }
-            SqlStatement::Comment { .. } => {
-                self.notice(
-                    "01000",
-                    "comments are not kept by tierdb (COMMENT ON is accepted and ignored)",
-                );
+            SqlStatement::Comment {
+                object_type,
+                object_name,
+                comment,
+                if_exists,
+            } => {
+                self.comment_on(*object_type, object_name, comment.clone(), *if_exists)
+                    .await?;
                 "COMMENT"
             }
             SqlStatement::AlterTable(at) => {
@@ -602,6 +605,60 @@ impl SqlSession {
                 self.schema.refresh().await?;
                 Err(e)
             }
+        }
+    }
+}
+
+impl SqlSession {
+    /// COMMENT ON TABLE / COLUMN: kept in the table's catalog entry (`TableDef::comments`,
+    /// listed in `pg_description`). Other objects' comments (views, temporary tables,
+    /// schemas, …) are accepted and not kept, with a notice saying so.
+    async fn comment_on(
+        &self,
+        object: datafusion::sql::sqlparser::ast::CommentObject,
+        name: &datafusion::sql::sqlparser::ast::ObjectName,
+        text: Option<String>,
+        if_exists: bool,
+    ) -> Result<()> {
+        use datafusion::sql::sqlparser::ast::{CommentObject, ObjectName};
+        let (table, column) = match object {
+            CommentObject::Table => (table_name(name)?, None),
+            CommentObject::Column => {
+                let Some((last, rest)) = name.0.split_last() else {
+                    return Err(TableError::NoTable(name.to_string()));
+                };
+                let column = last.as_ident().map(ident_name).ok_or_else(|| {
+                    TableError::Schema(format!("COMMENT ON COLUMN {name}: not a column"))
+                })?;
+                if rest.is_empty() {
+                    return Err(TableError::Column {
+                        code: "42601",
+                        message: format!(
+                            "column name must be qualified: COMMENT ON COLUMN table.{column}"
+                        ),
+                    });
+                }
+                (table_name(&ObjectName(rest.to_vec()))?, Some(column))
+            }
+            other => {
+                self.notice(
+                    "01000",
+                    &format!("comments on a {other} are not kept by tierdb (accepted, ignored)"),
+                );
+                return Ok(());
+            }
+        };
+        if self.temp.has(&table) || self.tables.view(&table).await?.is_some() {
+            self.notice(
+                "01000",
+                &format!("comments on {table} are not kept: tierdb keeps those of stored tables"),
+            );
+            return Ok(());
+        }
+        let change = crate::alter::TableChange::Comment { column, text };
+        match self.tables.alter_table(&table, &[change]).await {
+            Err(TableError::NoTable(_)) if if_exists => Ok(()),
+            other => other,
         }
     }
 }

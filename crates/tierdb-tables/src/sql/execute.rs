@@ -435,9 +435,13 @@ impl SqlSession {
 }
 
 /// Whether `stmt` is CREATE TEMP TABLE (kept by the session, undone by ROLLBACK), or DDL
-/// that changes nothing stored (COMMENT ON is not kept; the one schema exists).
+/// that changes nothing stored (the one schema exists; COMMENT ON other than TABLE and
+/// COLUMN is not kept).
 fn creates_temp(stmt: &DfStatement) -> bool {
+    use datafusion::sql::sqlparser::ast::CommentObject;
     matches!(stmt, DfStatement::Statement(s)
         if matches!(s.as_ref(), SqlStatement::CreateTable(ct) if ct.temporary)
-            || matches!(s.as_ref(), SqlStatement::Comment { .. } | SqlStatement::CreateSchema { .. }))
+            || matches!(s.as_ref(), SqlStatement::CreateSchema { .. })
+            || matches!(s.as_ref(), SqlStatement::Comment { object_type, .. }
+                if !matches!(object_type, CommentObject::Table | CommentObject::Column)))
 }
