@@ -206,6 +206,12 @@ impl ConnState {
                 .map_err(|e| table_error(&e))?;
             return Ok(Response::Execution(Tag::new("SET")));
         }
+        if let Statement::Reset(r) = &stmt {
+            session
+                .refuse_if_aborted(kind)
+                .map_err(|e| table_error(&e))?;
+            return crate::show::reset(&r.reset).map(|tag| Response::Execution(Tag::new(tag)));
+        }
         if is_set_or_show(&stmt) {
             session
                 .refuse_if_aborted(kind)

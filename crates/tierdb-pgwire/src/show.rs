@@ -34,6 +34,32 @@ pub(crate) fn is_set_or_show(stmt: &Statement) -> bool {
     )
 }
 
+/// `RESET x` (pg_dump's `RESET search_path` after it looked tables up by pattern): the
+/// settings tierdb only records for SHOW go back to nothing to undo, so it is accepted.
+/// The session's time zone would have to go back to the client's, which the server does
+/// not keep apart: `RESET TimeZone` and `RESET ALL` are refused, saying what to do.
+pub(crate) fn reset(
+    what: &datafusion::sql::sqlparser::ast::Reset,
+) -> pgwire::error::PgWireResult<&'static str> {
+    use datafusion::sql::sqlparser::ast::Reset;
+    let refused = match what {
+        Reset::ALL => true,
+        Reset::ConfigurationParameter(name) => {
+            let n = name.to_string().to_lowercase();
+            n == "timezone" || n == "time zone"
+        }
+    };
+    if refused {
+        return Err(crate::errors::user_error(
+            "0A000",
+            "RESET of the time zone is not supported by tierdb: SET TIME ZONE to the zone \
+             wanted"
+                .into(),
+        ));
+    }
+    Ok("RESET")
+}
+
 /// The name of a `SHOW` statement's variable, lower case (`tierdb.role`).
 pub(crate) fn shown_variable(stmt: &Statement) -> Option<String> {
     let Statement::ShowVariable { variable } = stmt else {
@@ -121,4 +147,18 @@ fn one_value(name: String, value: String) -> Response {
         .encode_field(&Some(value))
         .map(|()| encoder.take_row());
     Response::Query(QueryResponse::new(fields, futures::stream::iter(vec![row])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Reset};
+
+    #[test]
+    fn reset_is_accepted_except_for_the_time_zone() {
+        let param = |n: &str| Reset::ConfigurationParameter(ObjectName::from(vec![Ident::new(n)]));
+        assert_eq!(reset(&param("search_path")).ok(), Some("RESET"));
+        assert!(reset(&param("TimeZone")).is_err());
+        assert!(reset(&Reset::ALL).is_err());
+    }
 }
