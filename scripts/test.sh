@@ -54,6 +54,9 @@ if ! command -v psql >/dev/null; then
 fi
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 1500 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_sql.py")
+echo "== TPC-H's 22 queries at SF 0.01 through tierdb serve vs DuckDB, on DuckDB's dbgen data vs tpch_answers(), and the benchmark's peers (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_tpch.py")
 echo "== SQL against the oracle: the differential tester vs PostgreSQL 15 (fixed seed, 60 rounds) and its kept regression cases"
 source scripts/postgres.sh
 postgres_install

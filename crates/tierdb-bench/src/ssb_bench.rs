@@ -2,6 +2,8 @@
 //! (best of N runs after one warming run) or cold (each query on a freshly opened database
 //! with empty DRAM and device tiers), with per query the time, rows, bytes read through the store adapter,
 //! bytes fetched from the capacity store and segments skipped by the extent map.
+//! `tierdb bench queries` runs named SQL files (TPC-H's 22, say) the same ways
+//! ([`SsbBenchConfig::sql`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -38,8 +40,10 @@ pub struct SsbBenchConfig {
     /// The peer that shows what tierdb's own layers cost.
     pub plain_datafusion: bool,
     pub extent_elimination: bool,
-    /// Only these queries (names like `Q1.1`); all 13 when empty.
+    /// Only these queries (names like `Q1.1`); all when empty.
     pub queries: Vec<String>,
+    /// The queries to run, as (name, SQL) pairs: SSB's 13 when empty.
+    pub sql: Vec<(String, String)>,
     /// `SET` statements run before the queries (DataFusion settings, e.g.
     /// `datafusion.execution.parquet.pushdown_filters=true`), in both engines.
     pub settings: Vec<String>,
@@ -74,7 +78,16 @@ pub struct SsbReport {
 
 /// Runs the benchmark.
 pub async fn run(config: &SsbBenchConfig) -> Result<SsbReport> {
-    let selected: Vec<(&str, &str)> = ssb::QUERIES
+    let all: Vec<(&str, &str)> = if config.sql.is_empty() {
+        ssb::QUERIES.to_vec()
+    } else {
+        config
+            .sql
+            .iter()
+            .map(|(n, q)| (n.as_str(), q.as_str()))
+            .collect()
+    };
+    let selected: Vec<(&str, &str)> = all
         .iter()
         .copied()
         .filter(|(n, _)| {
@@ -82,9 +95,11 @@ pub async fn run(config: &SsbBenchConfig) -> Result<SsbReport> {
         })
         .collect();
     if selected.is_empty() {
+        let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
         return Err(BenchError::input(format!(
-            "--queries {}: no such query (Q1.1 … Q4.3)",
-            config.queries.join(",")
+            "--queries {}: no such query (there are: {})",
+            config.queries.join(","),
+            names.join(", ")
         )));
     }
     let scan = ScanOptions {

@@ -24,6 +24,9 @@ pub enum BenchCommand {
     /// The 13 Star Schema Benchmark queries, warm (best of --runs) or --cold: per-query
     /// time, bytes read, bytes from object storage and segments skipped.
     Ssb(Box<BenchSsbArgs>),
+    /// Named SQL queries, one per file (the name is the file's stem, e.g. TPC-H's q01.sql
+    /// … q22.sql), run as `ssb` runs its own: the same options and figures.
+    Queries(Box<BenchQueriesArgs>),
     /// The capacity store's own speed for large parallel ranged GETs of a database's
     /// objects, with no tiers: the physical limit for cold reads.
     Throughput(BenchThroughputArgs),
@@ -144,7 +147,11 @@ pub async fn run_bench(cmd: BenchCommand) -> CliResult {
             print!("{}", cache_bench::render(&report));
             Ok(())
         }
-        BenchCommand::Ssb(a) => run_bench_ssb(*a).await,
+        BenchCommand::Ssb(a) => run_bench_ssb(*a, Vec::new()).await,
+        BenchCommand::Queries(a) => {
+            let sql = read_query_files(&a.files)?;
+            run_bench_ssb(a.run, sql).await
+        }
         BenchCommand::Throughput(a) => run_bench_throughput(a).await,
         BenchCommand::Oltp(a) => {
             use tierdb_bench::oltp_bench::{self, OltpConfig, Variant};
@@ -243,7 +250,38 @@ pub struct BenchSsbArgs {
     pub kv: KvArgs,
 }
 
-pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
+#[derive(Args, Debug)]
+pub struct BenchQueriesArgs {
+    /// SQL files, one query each (a trailing `;` is allowed); run in the order given.
+    #[arg(long = "file", value_name = "FILE", required = true)]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub run: BenchSsbArgs,
+}
+
+/// (name, SQL) of each file: the name is the file's stem.
+fn read_query_files(files: &[PathBuf]) -> Result<Vec<(String, String)>, CliError> {
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| CliError::input(format!("cannot read query file {}: {e}", f.display())))?;
+        let sql = text.trim().trim_end_matches(';').trim().to_string();
+        if sql.is_empty() {
+            return Err(CliError::input(format!(
+                "query file {} is empty; give one SQL query per file",
+                f.display()
+            )));
+        }
+        let name = f
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| f.display().to_string());
+        out.push((name, sql));
+    }
+    Ok(out)
+}
+
+pub async fn run_bench_ssb(args: BenchSsbArgs, sql: Vec<(String, String)>) -> CliResult {
     use tierdb_bench::ssb_bench::{self, SsbBenchConfig};
     let config = SsbBenchConfig {
         db: args.db.clone(),
@@ -256,6 +294,7 @@ pub async fn run_bench_ssb(args: BenchSsbArgs) -> CliResult {
         plain_datafusion: args.plain_datafusion,
         extent_elimination: !args.no_extent_elimination,
         queries: args.queries.clone(),
+        sql,
         settings: args.settings.clone(),
     };
     let report = ssb_bench::run(&config).await?;
