@@ -84,9 +84,9 @@ def psql(server, *commands):
     return p.stdout
 
 
-def dump(server):
+def dump(server, *options):
     port, user, password, db = server
-    p = subprocess.run([PG_DUMP, "-h", "127.0.0.1", "-p", str(port), "-U", user, db],
+    p = subprocess.run([PG_DUMP, "-h", "127.0.0.1", "-p", str(port), "-U", user, *options, db],
                        capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PGPASSWORD=password))
     assert p.returncode == 0, p.stderr
@@ -132,6 +132,17 @@ def test_pg_dump_writes_the_keys_and_indexes_postgresql_writes(servers):
     assert got["tierdb"] == got["postgres"], got
     # 7 keys and indexes; 2 sequences, the SERIAL one's OWNED BY, its default.
     assert len(got["tierdb"]) == 11, got
+
+
+def test_pg_dump_of_chosen_tables_dumps_those_as_postgresql(servers):
+    """`pg_dump -t` and `-T` (their name-pattern query writes `OPERATOR(pg_catalog.=) ANY`)."""
+    def made(text):
+        return sorted(re.findall(r"^CREATE (?:TABLE|SEQUENCE) (\S+)", text, re.M))
+    for options in [("-t", "acct"), ("-t", "pla*"), ("-T", "acct", "-T", "ser")]:
+        got = {name: (made(dump(s, *options)), key_statements(dump(s, *options)))
+               for name, s in servers.items()}
+        assert got["tierdb"] == got["postgres"], (options, got)
+    assert got["tierdb"][0], got
 
 
 def test_comments_are_kept_and_read_as_postgresql_reads_them(servers):

@@ -32,6 +32,7 @@ pub(crate) fn parse(
     let sql = &search_path_schemas(sql);
     let sql = &copy_booleans(sql);
     let sql = &vacuum(sql);
+    let sql = &qualified_operators(sql);
     let sql = &tierdb_tables::sql::rewrite_alter_sequence(sql);
     let mut statements = parse_unrepaired(parser, sql)?;
     for s in &mut statements {
@@ -110,6 +111,59 @@ fn vacuum(sql: &str) -> std::borrow::Cow<'_, str> {
         return sql.into();
     }
     "VACUUM".into()
+}
+
+/// `OPERATOR(pg_catalog.=)` and the like (pg_dump's and psql's queries for name patterns:
+/// `c.relkind OPERATOR(pg_catalog.=) ANY (array[…])`) become the bare operator: an operator
+/// of pg_catalog is the built-in one, and the SQL parser does not read the qualified form
+/// before ANY. Text in quotes and comments is left alone; so is any other schema's operator.
+fn qualified_operators(sql: &str) -> std::borrow::Cow<'_, str> {
+    const PREFIX: &str = "operator(pg_catalog.";
+    if !sql.to_lowercase().contains(PREFIX) {
+        return sql.into();
+    }
+    let bytes = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        // Quoted text and identifiers, and comments, are copied whole (to the end of the
+        // string when unterminated: the parser then reports it).
+        let rest = &sql[i..];
+        let end = match c {
+            b'\'' | b'"' => Some(rest[1..].find(c as char).map_or(sql.len(), |n| i + n + 2)),
+            b'-' if rest.starts_with("--") => Some(rest.find('\n').map_or(sql.len(), |n| i + n)),
+            b'/' if rest.starts_with("/*") => {
+                Some(rest[2..].find("*/").map_or(sql.len(), |n| i + n + 4))
+            }
+            _ => None,
+        };
+        if let Some(end) = end {
+            out.push_str(&sql[i..end]);
+            i = end;
+            continue;
+        }
+        let word_start = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        if word_start
+            && rest.len() > PREFIX.len()
+            && rest.is_char_boundary(PREFIX.len())
+            && rest[..PREFIX.len()].eq_ignore_ascii_case(PREFIX)
+            && let Some(close) = rest[PREFIX.len()..].find(')')
+        {
+            let op = &rest[PREFIX.len()..PREFIX.len() + close];
+            if !op.is_empty() && op.bytes().all(|b| b"+-*/<>=~!@#%^&|`?".contains(&b)) {
+                out.push(' ');
+                out.push_str(op);
+                out.push(' ');
+                i += PREFIX.len() + close + 1;
+                continue;
+            }
+        }
+        let ch = rest.chars().next().unwrap_or_default();
+        out.push(ch);
+        i += ch.len_utf8().max(1);
+    }
+    out.into()
 }
 
 /// Whether `sql` may call a sequence function with a `regclass` name (pg_dump's and psql's
@@ -319,6 +373,28 @@ mod tests {
         );
         assert_eq!(copy_booleans("SELECT 'freeze on'"), "SELECT 'freeze on'");
         assert!(parse_str("copy t from stdin with (freeze on)").is_ok());
+    }
+
+    #[test]
+    fn pg_catalog_operators_are_the_bare_operators() {
+        let q = "WHERE c.relkind OPERATOR(pg_catalog.=) ANY (array['r']) \
+                 AND c.relname operator(pg_catalog.~) '^(t1)$'";
+        assert_eq!(
+            qualified_operators(q),
+            "WHERE c.relkind  =  ANY (array['r']) AND c.relname  ~  '^(t1)$'"
+        );
+        // Quoted text, comments and other schemas' operators stay.
+        for kept in [
+            "SELECT 'OPERATOR(pg_catalog.=)'",
+            "SELECT 1 -- OPERATOR(pg_catalog.=)",
+            "SELECT a OPERATOR(myschema.=) b",
+            "SELECT \"OPERATOR(pg_catalog.=)\" FROM t",
+        ] {
+            assert_eq!(qualified_operators(kept), kept);
+        }
+        assert!(
+            parse_str("SELECT 1 WHERE 'r' OPERATOR(pg_catalog.=) ANY (array['r', 'v'])").is_ok()
+        );
     }
 
     #[test]
