@@ -118,6 +118,26 @@ def test_result_columns_carry_postgresql_types_and_typmods(both):
             (pcols[name].display_size, pcols[name].precision, pcols[name].scale), name
 
 
+# Casts to VARCHAR(n) and CHAR(n) cut (and pad) to the length and are described with it.
+LENGTH_CASTS = [
+    "SELECT CAST('abcdef' AS varchar(3)), 'abcdef'::char(2), 'xy'::char(4), 12345::varchar(2), "
+    "'é€x'::character varying(2), 'a'::character",
+    "SELECT 'xy'::char(4) || '|', 'xy'::char(4) = 'xy', 'xy '::char(3) = 'xy'::char(5), "
+    "length('xy'::char(4)), upper('ab'::char(3)), 'xy'::char(4)::varchar(3) || '|'",
+    "SELECT id, v::varchar(2), c::char(1), v::char(6), c::varchar(10) || '|' FROM ty ORDER BY id",
+]
+
+
+@pytest.mark.parametrize("sql", LENGTH_CASTS)
+def test_casts_to_a_length_cut_and_describe_as_postgresql(both, sql):
+    pg, td = both
+    want = pg.execute(sql)
+    got = td.execute(sql)
+    assert [(d.type_code, d.display_size) for d in got.description] == \
+        [(d.type_code, d.display_size) for d in want.description]
+    assert got.fetchall() == want.fetchall()
+
+
 @pytest.mark.parametrize("options", ["", "(FORMAT csv)"])
 def test_copy_to_writes_what_postgresql_writes(both, options):
     pg, td = both

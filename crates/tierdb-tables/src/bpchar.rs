@@ -13,9 +13,8 @@
 //! | a function argument, `\|\|`, CAST | cast to text | `rtrim(col)` |
 //! | a CASE branch, a COALESCE argument, where all are CHAR(n) or literals and one a CHAR(n) column | the result is character | unchanged; compared with `rtrim` on both sides; otherwise as text (a CASE of literals only is text, as in PostgreSQL) |
 //!
-//! Not told apart: `CAST(x AS CHAR(n))` and `CAST(x AS VARCHAR)` are the same cast in the
-//! plan (to a string), so a CASE whose only character branch is such a cast is text here
-//! where PostgreSQL makes it character.
+//! A cast to CHAR(n) (`charcast.rs`: padded to `n`) is such a value too, and so is
+//! `NULLIF(c, x)` of a CHAR(n) column (its result has the column's type).
 //! | LIKE, regular expressions | the padded value (`bpcharlike`) | unchanged |
 //! | selected, grouped, sorted, aggregated | the padded value | unchanged |
 //!
@@ -68,6 +67,17 @@ fn rewrite_node(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
             return Ok(Transformed::no(e));
         }
         let name = names.save(&e);
+        // NULLIF's own comparison first, wherever it is: where its result is then used as
+        // a CHAR(n) value (compared as one, trimmed as one) the rules below do not look
+        // inside it again.
+        let e = e
+            .transform_up(|x| match x {
+                Expr::ScalarFunction(ref f) if f.name() == "nullif" => {
+                    Ok(Transformed::yes(fix(x, &schema)?))
+                }
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
         Ok(Transformed::yes(name.restore(fix(e, &schema)?)))
     })?;
     // Re-derive the schema: a rewritten expression can have another type or name.
@@ -95,6 +105,18 @@ fn char_len(e: &Expr, schema: &DFSchema) -> Option<usize> {
         Expr::OuterReferenceColumn(field, _) => field.metadata().get(DECLARED_TYPE)?.clone(),
         // A scalar subquery selecting a CHAR(n) column.
         Expr::ScalarSubquery(q) => subquery_char(&q.subquery)?,
+        // NULLIF's result is its first argument's type (PostgreSQL): a CHAR(n) column's,
+        // padded. (Its own comparison is fixed inside it like any other.)
+        Expr::ScalarFunction(f) if f.name() == "nullif" => {
+            return char_len(f.args.first()?, schema);
+        }
+        // A cast to CHAR(n) (`charcast.rs`), padded like a column.
+        Expr::ScalarFunction(f) if f.name() == crate::charcast::BPCHAR => {
+            return match f.args.get(1) {
+                Some(Expr::Literal(v, _)) => crate::charcast::length_of(v).map(|n| n as usize),
+                _ => None,
+            };
+        }
         // Type coercion casts a column to the string type it is compared in (Utf8View for
         // CHAR(n) literals): still the padded value. The plan is analyzed again to run it.
         Expr::Cast(c) if is_string_type(c.field.data_type()) => {
@@ -236,6 +258,15 @@ fn padded_literal(e: &Expr, n: usize) -> Option<Expr> {
         // A NULL, typed or not, compares as NULL whatever its padding.
         Expr::Literal(v, _) if v.is_null() => Some(e.clone()),
         Expr::Cast(c) if matches!(c.expr.as_ref(), Expr::Literal(v, _) if v.is_null()) => {
+            Some(e.clone())
+        }
+        // `CAST(NULL AS CHAR(4))` (`charcast.rs`).
+        Expr::ScalarFunction(f)
+            if f.name() == crate::charcast::BPCHAR
+                && f.args
+                    .first()
+                    .is_some_and(|a| padded_literal(a, n).is_some_and(|p| p == *a)) =>
+        {
             Some(e.clone())
         }
         // `CAST('ab' AS CHAR(4))`: a string literal still.

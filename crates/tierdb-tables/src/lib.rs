@@ -23,6 +23,7 @@ pub mod alter;
 pub mod bpchar;
 pub mod castinput;
 pub mod catalog;
+pub mod charcast;
 pub mod checked;
 pub mod checksum;
 pub mod delta;

@@ -13,6 +13,8 @@
 //! 3. A cast to UUID, JSON or JSONB (`x::uuid`, `CAST(x AS jsonb)`, `UUID '…'`) is the
 //!    call of the function that checks and canonicalizes the text (`pgtext.rs`): those
 //!    types are stored as text, and DataFusion has no casts to them.
+//! 4. A cast to VARCHAR(n) or CHAR(n) is the call that cuts (and pads) to the length and
+//!    declares the type (`charcast.rs`): DataFusion's cast drops the length.
 
 use std::ops::ControlFlow;
 
@@ -31,6 +33,7 @@ impl VisitorMut for Repair {
     fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
         sequence_name_casts(e);
         text_type_casts(e);
+        crate::charcast::repair(e);
         if matches!(e, Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..)) {
             let taken = std::mem::replace(
                 e,

@@ -223,7 +223,10 @@ impl SqlEngine {
         for f in crate::unknowntext::functions() {
             ctx.register_udf(f);
         }
-        for f in crate::pgtext::functions() {
+        for f in crate::pgtext::functions()
+            .into_iter()
+            .chain(crate::charcast::functions())
+        {
             ctx.register_udf(f);
         }
         for f in crate::jsonops::functions()
