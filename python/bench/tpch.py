@@ -220,10 +220,12 @@ def reference_answers(con, extension, sf):
 def dbgen_export(con, extension, sf, out):
     """DuckDB's own TPC-H data (`CALL dbgen`) written to `out` as .tbl files (with dbgen's
     trailing '|'), for checking an engine against `tpch_answers()`; returns those answers
-    ({name: rows})."""
+    ({name: rows}; none, and no files, at a scale factor they are not given for)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     answers = reference_answers(con, extension, sf)
+    if not answers:
+        return answers
     con.execute(f"CALL dbgen(sf = {sf})")
     for table in SCHEMA:
         con.execute(f"COPY (SELECT *, '' FROM {table}) TO '{out / (table + '.tbl')}' "
@@ -322,7 +324,7 @@ def main():
         # The specification's answers are for DuckDB's dbgen data (text differs from
         # tpchgen-cli's): tierdb loads that too and answers once on it.
         spec_data = work / "dbgen"
-        reference = dbgen_export(con, args.duckdb_tpch, float(args.sf), spec_data)
+        reference = dbgen_export(duckdb.connect(), args.duckdb_tpch, float(args.sf), spec_data)
         if reference:
             spec_db = str(work / "tierdb-dbgen")
             tierdb_load(args.tierdb, spec_db, spec_data, args.threads)
