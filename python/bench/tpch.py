@@ -28,7 +28,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from datetime import date
@@ -36,6 +35,8 @@ from decimal import Decimal
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from ssb_compare import bar_plot, run  # noqa: E402  (shared with the SSB comparison)
 QUERY_DIR = HERE / "tpch_queries"
 
 # The tables with the column types DuckDB's own TPC-H generator gives them (`CALL dbgen`),
@@ -70,15 +71,6 @@ SCHEMA = {
 # Numbers agree when within this relative difference (or REL * 1 near zero): engines may
 # compute an average or a quotient of decimals in binary floating point or in decimal.
 REL = 1e-6
-
-
-def run(cmd, **kw):
-    print("$", " ".join(str(c) for c in cmd), flush=True)
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout + p.stderr)
-        raise SystemExit(f"command failed with exit code {p.returncode}: {cmd[:3]}")
-    return p.stdout
 
 
 def tpchgen():
@@ -258,28 +250,6 @@ def tierdb_bench(tierdb, db, threads, runs, out, tag, extra=()):
     print(text, flush=True)
     figures = {r["query"]: r for r in csv.DictReader(open(csv_path))}
     return ({k: float(r["seconds"]) for k, r in figures.items()}, bench_answers(ans_path), figures)
-
-
-def bar_plot(names, series, title, path):
-    """Seconds per query as grouped bars ({label: [seconds per name]}); skipped without
-    matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib not installed: no plot)")
-        return
-    fig, ax = plt.subplots(figsize=(14, 5))
-    width = 0.8 / len(series)
-    for i, (label, values) in enumerate(series.items()):
-        ax.bar([x + i * width for x in range(len(names))], values, width, label=label)
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(names))], names)
-    ax.set_ylabel("seconds")
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def geomean(xs):
