@@ -113,16 +113,21 @@ def norm(v):
     return s
 
 
+def best_of(con, sql, runs):
+    """(best seconds of `runs` runs, the rows) of one DuckDB query."""
+    best, rows = None, None
+    for _ in range(max(runs, 1)):
+        started = time.perf_counter()
+        rows = con.execute(sql).fetchall()
+        t = time.perf_counter() - started
+        best = t if best is None else min(best, t)
+    return best, rows
+
+
 def duckdb_run(con, qs, runs):
     times, answers = {}, {}
     for name, sql in qs:
-        best = None
-        for _ in range(max(runs, 1)):
-            started = time.perf_counter()
-            rows = con.execute(sql).fetchall()
-            t = time.perf_counter() - started
-            best = t if best is None else min(best, t)
-        times[name] = best
+        times[name], rows = best_of(con, sql, runs)
         answers[name] = sorted(tuple(norm(v) for v in r) for r in rows)
     return times, answers
 

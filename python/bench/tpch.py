@@ -36,7 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from ssb_compare import bar_plot, run  # noqa: E402  (shared with the SSB comparison)
+from ssb_compare import bar_plot, best_of, run  # noqa: E402  (shared with the SSB comparison)
 QUERY_DIR = HERE / "tpch_queries"
 
 # The tables with the column types DuckDB's own TPC-H generator gives them (`CALL dbgen`),
@@ -178,16 +178,9 @@ def duckdb_answers(con, qs, runs=1):
     """({name: best seconds}, {name: rows}) for the queries in DuckDB."""
     times, answers = {}, {}
     for name, sql in qs:
-        best = None
         if runs > 1:
-            con.execute(sql).fetchall()
-        for _ in range(max(runs, 1)):
-            started = time.perf_counter()
-            rows = con.execute(sql).fetchall()
-            t = time.perf_counter() - started
-            best = t if best is None else min(best, t)
-        times[name] = best
-        answers[name] = rows
+            con.execute(sql).fetchall()  # a warming run, as `tierdb bench` makes
+        times[name], answers[name] = best_of(con, sql, runs)
     return times, answers
 
 
