@@ -146,4 +146,7 @@ def test_zodb_apis_run_in_bounded_memory(databases):
     # len() counts every object (mappings and buckets; a tenth of the mappings were
     # garbage, gone if the pack test ran first).
     assert got["large"][1] > OBJECTS * 0.9, got
-    assert got["large"][0] <= got["small"][0] + MARGIN_MB, got
+    # TierStorage opens as the writer, so its in-process compactor may merge what the pack
+    # test's process flushed and left uncompacted when it exited (whether it did depends on
+    # timing: 121 MB one run, 195 MB another at 5 x 10^4 objects): the writer's margin too.
+    assert got["large"][0] <= got["small"][0] + MARGIN_MB + WRITER_MARGIN_MB, got
