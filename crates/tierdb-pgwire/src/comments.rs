@@ -54,27 +54,38 @@ pub(crate) fn rows(defs: &[TableDef]) -> Vec<Row> {
     out
 }
 
-/// `inner` (datafusion-pg-catalog's `pg_description`), the rows of `defs` and the
-/// description of the `public` schema (oid `public`).
+/// `inner` (datafusion-pg-catalog's `pg_description`), the rows of `defs`, the description
+/// of the `public` schema and the comments of the stored schemas (`COMMENT ON SCHEMA`), each
+/// at its oid in `namespaces`.
 pub(crate) fn pg_description(
     inner: Arc<dyn TableProvider>,
     defs: &[TableDef],
     relations: &Relations,
-    public: Option<i32>,
+    namespaces: &std::collections::HashMap<String, i32>,
+    schemas: &[tierdb_tables::catalog::SchemaDef],
 ) -> Result<Arc<dyn TableProvider>> {
     let mut rows = rows(defs);
     let mut relations = relations.clone();
-    if let Some(oid) = public {
-        relations.insert(PUBLIC_ROW.to_string(), (oid, oid));
-        rows.push((
+    let public = namespaces.get(tierdb_tables::sql::SCHEMA).map(|&oid| {
+        (
             PUBLIC_ROW.to_string(),
+            oid,
+            "standard public schema".to_string(),
+        )
+    });
+    let commented = schemas.iter().filter_map(|d| {
+        let oid = *namespaces.get(&d.name)?;
+        // (NUL starts no relation's name: the key cannot meet a table's.)
+        Some((format!("\u{0}schema {}", d.name), oid, d.comment.clone()?))
+    });
+    for (key, oid, text) in public.into_iter().chain(commented) {
+        relations.insert(key.clone(), (oid, oid));
+        rows.push((
+            key,
             vec![
                 ("classoid", ScalarValue::Int32(Some(PG_NAMESPACE_OID))),
                 ("objsubid", ScalarValue::Int32(Some(0))),
-                (
-                    "description",
-                    ScalarValue::Utf8(Some("standard public schema".into())),
-                ),
+                ("description", ScalarValue::Utf8(Some(text))),
             ],
         ));
     }
@@ -133,6 +144,10 @@ pub(crate) fn description_lookup(
         ("obj_description", [x]) => format!("objoid = {x} AND objsubid = 0"),
         ("obj_description", [x, class]) if class.to_string().contains("'pg_class'") => {
             format!("objoid = {x} AND classoid = 1259 AND objsubid = 0")
+        }
+        // A schema's (psql's `\dn+`).
+        ("obj_description", [x, class]) if class.to_string().contains("'pg_namespace'") => {
+            format!("objoid = {x} AND classoid = {PG_NAMESPACE_OID} AND objsubid = 0")
         }
         ("col_description", [x, n]) => {
             format!("objoid = {x} AND classoid = 1259 AND objsubid = {n}")
@@ -216,7 +231,14 @@ mod tests {
                  AND classoid = 1259 AND objsubid = a.attnum)"
             )
         );
-        assert_eq!(got("obj_description(n.oid, 'pg_namespace')"), None);
+        assert_eq!(
+            got("obj_description(n.oid, 'pg_namespace')").as_deref(),
+            Some(
+                "(SELECT description FROM pg_catalog.pg_description WHERE objoid = n.oid AND \
+                 classoid = 2615 AND objsubid = 0)"
+            )
+        );
+        assert_eq!(got("obj_description(p.oid, 'pg_proc')"), None);
         assert_eq!(got("upper(x)"), None);
     }
 }

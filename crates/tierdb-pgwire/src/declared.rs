@@ -23,6 +23,46 @@ use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::{JoinType, LogicalPlanBuilder, cast, col};
 use tierdb_tables::catalog::ColumnType;
 
+/// `class` (a `pg_class`) with `relname` replaced by the name tierdb's catalog gives the
+/// relation: `t` in `public`, `s.t` in schema s (`tierdb_tables::sql::qualified`), so the
+/// rows of a table, view or column of another schema match its catalog entry by name.
+/// Its columns: `oid`, `relname`, `relkind`.
+pub(crate) fn by_catalog_name(
+    class: Arc<dyn TableProvider>,
+    namespace: Arc<dyn TableProvider>,
+) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::logical_expr::{lit, when};
+    let c = |name: &str| col(Column::new(Some("c"), name));
+    let nspname = cast(col(Column::new(Some("n"), "nspname")), DataType::Utf8);
+    let relname = cast(c("relname"), DataType::Utf8);
+    let name = when(
+        nspname.clone().eq(lit(tierdb_tables::sql::SCHEMA)),
+        relname.clone(),
+    )
+    .otherwise(datafusion::functions::string::expr_fn::concat(vec![
+        nspname,
+        lit("."),
+        relname,
+    ]))?;
+    let plan = LogicalPlanBuilder::scan("c", provider_as_source(class), None)?
+        .join(
+            LogicalPlanBuilder::scan("n", provider_as_source(namespace), None)?.build()?,
+            JoinType::Inner,
+            (
+                vec![Column::new(Some("c"), "relnamespace")],
+                vec![Column::new(Some("n"), "oid")],
+            ),
+            None,
+        )?
+        .project(vec![
+            c("oid").alias("oid"),
+            name.alias("relname"),
+            c("relkind").alias("relkind"),
+        ])?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
+
 /// PostgreSQL's type oid and typmod of a declared type with a modifier; `None` for types
 /// whose Arrow type says everything.
 pub(crate) fn type_and_typmod(ty: ColumnType) -> Option<(i32, i32)> {
@@ -180,7 +220,7 @@ pub(crate) fn view_definitions(
                 format!(
                     " SELECT * FROM ({}) AS {}({});",
                     v.query,
-                    v.name,
+                    crate::keys::own(&v.name),
                     v.columns.join(", ")
                 )
             }

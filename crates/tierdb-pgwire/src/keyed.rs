@@ -99,22 +99,22 @@ impl KeyedTable {
             true => Relations::new(),
             false => {
                 let class = self.inner.table("pg_class").await?.ok_or_else(missing)?;
-                keys::public_relations(class, namespace().await?).await?
+                keys::stored_relations(class, namespace().await?).await?
             }
         };
         let schema = table.schema();
         Ok(match self.name {
             "pg_class" => {
-                let public = match sequences.is_empty() {
-                    true => None,
-                    false => keys::public_namespace(namespace().await?).await?,
+                let namespaces = match sequences.is_empty() {
+                    true => Default::default(),
+                    false => keys::namespaces(namespace().await?).await?,
                 };
                 crate::pgcatalog::patched(
                     self.name,
                     crate::sequences::with_sequences(
                         keys::with_indexes(table, &keys, &relations)?,
                         &sequences,
-                        public,
+                        &namespaces,
                     )?,
                 )?
             }
@@ -130,19 +130,25 @@ impl KeyedTable {
                     true => Vec::new(),
                     false => {
                         let relations =
-                            keys::public_relations(class.clone(), namespace().await?).await?;
+                            keys::stored_relations(class.clone(), namespace().await?).await?;
                         crate::sequences::dependencies(&sequences, &keys, &relations)
                     }
                 };
+                let named = crate::declared::by_catalog_name(class, namespace().await?)?;
                 keys::with_dependencies(
-                    crate::declared::with_view_dependencies(table, class, &views)?,
+                    crate::declared::with_view_dependencies(table, named, &views)?,
                     &keys,
                     more,
                 )?
             }
             "pg_description" => {
-                let public = keys::public_namespace(namespace().await?).await?;
-                crate::comments::pg_description(table, &defs, &relations, public)?
+                let namespaces = keys::namespaces(namespace().await?).await?;
+                let schemas = self
+                    .tables
+                    .schemas()
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                crate::comments::pg_description(table, &defs, &relations, &namespaces, &schemas)?
             }
             "pg_index" => keys::pg_index(&schema, &keys, &relations)?,
             "pg_constraint" => keys::pg_constraint(&schema, &keys, &relations)?,

@@ -23,8 +23,10 @@
 //!    table's id, a UNIQUE constraint [`CONSTRAINT_OID_BASE`] + its index's id, a default [`DEFAULT_OID_BASE`] + table id × 1,600 (PostgreSQL's column
 //!    limit) + column number. datafusion-pg-catalog numbers tables and schemas from 16,384
 //!    up, far below. An object whose oid would not fit an int4 is left out.
-//! 3. A table's oid and schema are its `pg_class` row's, found by name in `public` when a
-//!    query names the catalog table ([`public_relations`]), so they agree with `pg_class`.
+//! 3. A table's oid and schema are its `pg_class` row's, found by schema and name when a
+//!    query names the catalog table ([`stored_relations`]), so they agree with `pg_class`.
+//!    Outside `public` the catalog keys a table, index or constraint as `schema.name`; the
+//!    catalog tables show its own name ([`own`]) in its schema.
 //! 4. `indkey` is `int2vector` text (`1 2`), as pg_dump parses it; `indoption`, `conkey`
 //!    and `confkey` are `int2[]` (pgjdbc subscripts them; `indoption` is all zeros: every
 //!    column ascending, NULLs last, so its subscripts from 0 or 1 read alike).
@@ -39,7 +41,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{MemTable, TableProvider, view::ViewTable};
 use datafusion::common::{Column, Result, ScalarValue};
 use datafusion::datasource::provider_as_source;
-use datafusion::logical_expr::{Expr, JoinType, LogicalPlanBuilder, cast, col, lit};
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, col, lit};
 use tierdb_tables::catalog::TableDef;
 
 /// Rule 2.
@@ -201,10 +203,10 @@ impl Keys {
                 i.oid,
                 0,
                 format!(
-                    "CREATE {}INDEX {} ON public.{} USING btree ({})",
+                    "CREATE {}INDEX {} ON {} USING btree ({})",
                     if i.unique { "UNIQUE " } else { "" },
-                    quote_ident(&i.name),
-                    quote_ident(&i.table),
+                    quote_ident(own(&i.name)),
+                    quote_qualified(&i.table),
                     names.join(", ")
                 ),
             ));
@@ -360,66 +362,6 @@ fn int2_array(values: &[(String, i16)]) -> ScalarValue {
 
 /// A row of a catalog table: its table (rule 3) and the values of the columns it sets.
 pub(crate) type Row = (String, Vec<(&'static str, ScalarValue)>);
-
-/// The tables of `public` by name: their `pg_class` oid and schema oid (rule 3).
-pub(crate) type Relations = HashMap<String, (i32, i32)>;
-
-/// [`Relations`] as `class` (`pg_class`) and `namespace` (`pg_namespace`) list them now.
-/// Read once per catalog table a query names, so every row built from it agrees with the
-/// `pg_class` of that query (datafusion-pg-catalog keeps a relation's oid while it exists).
-pub(crate) async fn public_relations(
-    class: Arc<dyn TableProvider>,
-    namespace: Arc<dyn TableProvider>,
-) -> Result<Relations> {
-    use datafusion::arrow::array::AsArray;
-    let ctx = datafusion::prelude::SessionContext::new();
-    let n = ctx
-        .read_table(namespace)?
-        .filter(col("nspname").eq(lit(tierdb_tables::sql::SCHEMA)))?
-        .select(vec![col("oid").alias("kn_oid")])?;
-    let batches = ctx
-        .read_table(class)?
-        .filter(col("relkind").eq(lit("r")))?
-        .join(n, JoinType::Inner, &["relnamespace"], &["kn_oid"], None)?
-        .select(vec![
-            cast(col("oid"), DataType::Int32).alias("oid"),
-            cast(col("relname"), DataType::Utf8).alias("relname"),
-            cast(col("relnamespace"), DataType::Int32).alias("relnamespace"),
-        ])?
-        .collect()
-        .await?;
-    let mut out = Relations::new();
-    for b in &batches {
-        let oids = b
-            .column(0)
-            .as_primitive::<datafusion::arrow::datatypes::Int32Type>();
-        let names = b.column(1).as_string::<i32>();
-        let spaces = b
-            .column(2)
-            .as_primitive::<datafusion::arrow::datatypes::Int32Type>();
-        for r in 0..b.num_rows() {
-            out.insert(names.value(r).to_string(), (oids.value(r), spaces.value(r)));
-        }
-    }
-    Ok(out)
-}
-
-/// The oid of the `public` schema as `namespace` (`pg_namespace`) lists it.
-pub(crate) async fn public_namespace(namespace: Arc<dyn TableProvider>) -> Result<Option<i32>> {
-    use datafusion::arrow::array::AsArray;
-    let ctx = datafusion::prelude::SessionContext::new();
-    let batches = ctx
-        .read_table(namespace)?
-        .filter(col("nspname").eq(lit(tierdb_tables::sql::SCHEMA)))?
-        .select(vec![cast(col("oid"), DataType::Int32).alias("oid")])?
-        .collect()
-        .await?;
-    Ok(batches.iter().find(|b| b.num_rows() > 0).map(|b| {
-        b.column(0)
-            .as_primitive::<datafusion::arrow::datatypes::Int32Type>()
-            .value(0)
-    }))
-}
 
 /// What a column of `filled` takes from its row's table (rule 3).
 #[derive(Clone, Copy)]
@@ -596,7 +538,7 @@ pub(crate) fn pg_constraint(
                 c.table.clone(),
                 vec![
                     ("oid", ScalarValue::Int32(Some(c.oid))),
-                    ("conname", s(&c.name)),
+                    ("conname", s(own(&c.name))),
                     ("contype", s(c.kind)),
                     ("condeferrable", t(false)),
                     ("condeferred", t(false)),
@@ -667,7 +609,7 @@ pub(crate) fn with_indexes(
                 i.table.clone(),
                 vec![
                     ("oid", ScalarValue::Int32(Some(i.oid))),
-                    ("relname", s(&i.name)),
+                    ("relname", s(own(&i.name))),
                     ("relam", ScalarValue::Int32(Some(BTREE_OID))),
                     ("relfilenode", ScalarValue::Int32(Some(i.oid))),
                     ("relpages", ScalarValue::Int32(Some(1))),
@@ -686,7 +628,11 @@ pub(crate) fn with_indexes(
         &[("relnamespace", FromTable::Namespace)],
         relations,
     )?;
-    let indexed: Vec<Expr> = keys.indexed_tables().into_iter().map(lit).collect();
+    let indexed: Vec<Expr> = keys
+        .indexed_tables()
+        .iter()
+        .map(|t| lit(own(t).to_string()))
+        .collect();
     let projection: Vec<Expr> = schema
         .fields()
         .iter()
@@ -793,6 +739,9 @@ pub(crate) fn definitions(keys: &Keys) -> Result<Arc<dyn TableProvider>> {
     )?;
     Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
 }
+
+mod relations;
+pub(crate) use relations::{Relations, namespaces, own, quote_qualified, stored_relations};
 
 #[cfg(test)]
 mod tests;

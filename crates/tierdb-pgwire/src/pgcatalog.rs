@@ -122,6 +122,18 @@ impl Owned {
             tables: None,
         }
     }
+
+    /// `class` named by catalog name (`declared::by_catalog_name`).
+    async fn by_catalog_name(
+        &self,
+        class: Arc<dyn TableProvider>,
+    ) -> Result<Arc<dyn TableProvider>> {
+        let namespace =
+            self.inner.table("pg_namespace").await?.ok_or_else(|| {
+                DataFusionError::Plan("pg_catalog.pg_namespace is missing".into())
+            })?;
+        crate::declared::by_catalog_name(class, namespace)
+    }
 }
 
 #[async_trait]
@@ -140,11 +152,13 @@ impl SchemaProvider for Owned {
                 .views()
                 .await
                 .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let class = self.by_catalog_name(class).await?;
             return Ok(Some(crate::declared::view_definitions(class, &views)?));
         }
         if name == crate::sizes::SIZES
             && let (Some(tables), Some(class)) = (&self.tables, self.inner.table("pg_class").await?)
         {
+            let class = self.by_catalog_name(class).await?;
             return Ok(Some(crate::sizes::sizes(class, tables).await?));
         }
         if let Some(tables) = &self.tables {
@@ -191,6 +205,7 @@ impl SchemaProvider for Owned {
                             .tables()
                             .await
                             .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                        let class = self.by_catalog_name(class).await?;
                         crate::declared::with_declared_types(table, class, &defs)?
                     }
                     _ => table,
@@ -411,8 +426,10 @@ impl<'a> OwnerChange<'a> {
             });
         }
         if self.schema {
-            let schema = self.name.to_string();
-            if schema != tierdb_tables::sql::SCHEMA {
+            let schema = tierdb_tables::sql::ident_name_of(self.name);
+            if schema != tierdb_tables::sql::SCHEMA
+                && !matches!(session.tables().schema_def(&schema).await, Ok(Some(_)))
+            {
                 return Err(TableError::Column {
                     code: "3F000",
                     message: format!("schema \"{schema}\" does not exist"),

@@ -93,11 +93,16 @@ pub(crate) fn entries(sequences: &[SequenceDef], defs: &[TableDef]) -> Vec<Seque
     out
 }
 
-/// Each sequence by name, at its own oid and `public`'s namespace (`namespace`).
-fn as_relations(entries: &[SequenceEntry], namespace: i32) -> Relations {
+/// Each sequence by catalog name, at its own oid and its schema's oid in `namespaces` (by
+/// name; a sequence whose schema is not listed is left out).
+fn as_relations(entries: &[SequenceEntry], namespaces: &HashMap<String, i32>) -> Relations {
     entries
         .iter()
-        .map(|e| (e.def.name.clone(), (e.oid, namespace)))
+        .filter_map(|e| {
+            let (schema, _) = tierdb_tables::sql::split_qualified(&e.def.name);
+            let namespace = *namespaces.get(schema)?;
+            Some((e.def.name.clone(), (e.oid, namespace)))
+        })
         .collect()
 }
 
@@ -105,11 +110,8 @@ fn as_relations(entries: &[SequenceEntry], namespace: i32) -> Relations {
 pub(crate) fn with_sequences(
     class: Arc<dyn TableProvider>,
     entries: &[SequenceEntry],
-    namespace: Option<i32>,
+    namespaces: &HashMap<String, i32>,
 ) -> Result<Arc<dyn TableProvider>> {
-    let Some(namespace) = namespace else {
-        return Ok(class);
-    };
     if entries.is_empty() {
         return Ok(class);
     }
@@ -120,7 +122,7 @@ pub(crate) fn with_sequences(
             (
                 e.def.name.clone(),
                 vec![
-                    ("relname", s(&e.def.name)),
+                    ("relname", s(crate::keys::own(&e.def.name))),
                     ("relpersistence", s("p")),
                     ("relkind", s("S")),
                     ("relnatts", ScalarValue::Int16(Some(3))),
@@ -139,7 +141,7 @@ pub(crate) fn with_sequences(
             ("relfilenode", FromTable::Oid),
             ("relnamespace", FromTable::Namespace),
         ],
-        &as_relations(entries, namespace),
+        &as_relations(entries, namespaces),
     )?;
     let plan = LogicalPlanBuilder::scan("pg_class", provider_as_source(class), None)?
         .union(
@@ -177,7 +179,10 @@ pub(crate) fn pg_sequence(
         schema,
         &rows,
         &[("seqrelid", FromTable::Oid)],
-        &as_relations(entries, 0),
+        &entries
+            .iter()
+            .map(|e| (e.def.name.clone(), (e.oid, 0)))
+            .collect(),
     )
 }
 

@@ -50,13 +50,15 @@ impl TableOids {
     }
 }
 
-/// `public`'s tables and their OIDs from `pg_class`; `None` if it cannot be read (the
+/// The stored tables (by catalog name) and their OIDs from `pg_class`; `None` if it cannot be read (the
 /// catalog emulation is not installed). Run on the session's DataFusion context, outside
 /// its transaction rules: a failure here is no failure of the client's statement.
 async fn list(session: &SqlSession) -> Option<HashMap<String, i32>> {
-    let sql = "SELECT CAST(c.relname AS VARCHAR), CAST(c.oid AS BIGINT) \
+    let sql = "SELECT CAST(c.relname AS VARCHAR), CAST(c.oid AS BIGINT), \
+               CAST(n.nspname AS VARCHAR) \
                FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n \
-               ON c.relnamespace = n.oid WHERE n.nspname = 'public'";
+               ON c.relnamespace = n.oid \
+               WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')";
     let batches = session
         .context()
         .sql(sql)
@@ -70,12 +72,17 @@ async fn list(session: &SqlSession) -> Option<HashMap<String, i32>> {
         let names = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8).ok()?;
         let names = names.as_string::<i32>();
         let oids = b.column(1).as_primitive::<Int64Type>();
+        let schemas = datafusion::arrow::compute::cast(b.column(2), &DataType::Utf8).ok()?;
+        let schemas = schemas.as_string::<i32>();
         for i in 0..b.num_rows() {
             if names.is_valid(i)
                 && oids.is_valid(i)
+                && schemas.is_valid(i)
                 && let Ok(oid) = i32::try_from(oids.value(i))
             {
-                out.insert(names.value(i).to_string(), oid);
+                // Keyed as the catalog names the table (`origin.rs`).
+                let name = tierdb_tables::sql::qualified(schemas.value(i), names.value(i));
+                out.insert(name, oid);
             }
         }
     }

@@ -10,7 +10,11 @@
 //! | `Tr` + segment path              | [`FORMAT_VERSION`], then [`Retired`] (JSON): a file no table references any more, kept for readers until VACUUM |
 //! | `Tv` + view name                 | [`FORMAT_VERSION`], then [`crate::views::ViewDef`] (JSON): a view's query |
 //! | `Tq` + sequence name             | [`FORMAT_VERSION`], then [`crate::rows::sequence::SequenceDef`] (JSON) |
+//! | `Tk` + schema name               | [`FORMAT_VERSION`], then [`SchemaDef`] (JSON): a schema other than `public` |
 //! | `Tt`                             | [`FORMAT_VERSION`], then the wall-clock time (ms since the epoch, u64 BE) of the last catalog commit: how old what a replica sees is |
+//!
+//! A table, view or sequence in a schema other than `public` is keyed by its qualified
+//! name, `schema.name` ([`crate::sql::qualified`]); one in `public` by its name alone.
 //!
 //! Every value starts with the format version byte; a value of another version is refused
 //! as damaged data naming both versions, never guessed at.
@@ -35,6 +39,39 @@ const RETIRED_PREFIX: &[u8] = b"Tr";
 const COMMIT_TIME_KEY: &[u8] = b"Tt";
 const VIEW_PREFIX: &[u8] = b"Tv";
 const SEQUENCE_PREFIX: &[u8] = b"Tq";
+const SCHEMA_PREFIX: &[u8] = b"Tk";
+
+/// A schema other than `public` (which always exists and is not stored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchemaDef {
+    pub name: String,
+    /// `COMMENT ON SCHEMA`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+fn schema_key(name: &str) -> Bytes {
+    let mut k = BytesMut::with_capacity(SCHEMA_PREFIX.len() + name.len());
+    k.put_slice(SCHEMA_PREFIX);
+    k.put_slice(name.as_bytes());
+    k.freeze()
+}
+
+pub async fn get_schema(kv: &dyn KvRead, name: &str) -> Result<Option<SchemaDef>> {
+    let key = schema_key(name);
+    match kv.get(&key).await? {
+        Some(v) => Ok(Some(decode(&key, &v)?)),
+        None => Ok(None),
+    }
+}
+
+pub async fn list_schemas(kv: &dyn KvRead) -> Result<Vec<SchemaDef>> {
+    kv.scan_prefix(SCHEMA_PREFIX, None)
+        .await?
+        .iter()
+        .map(|(k, v)| decode(k, v))
+        .collect()
+}
 
 fn sequence_key(name: &str) -> Bytes {
     let mut k = BytesMut::with_capacity(SEQUENCE_PREFIX.len() + name.len());
@@ -672,6 +709,14 @@ impl CatalogBatch {
 
     pub fn delete_sequence(&mut self, name: &str) {
         self.batch.delete(sequence_key(name));
+    }
+
+    pub fn put_schema(&mut self, def: &SchemaDef) {
+        self.batch.put(schema_key(&def.name), encode(def));
+    }
+
+    pub fn delete_schema(&mut self, name: &str) {
+        self.batch.delete(schema_key(name));
     }
 
     pub fn put_segment(&mut self, table: u64, seg: &SegmentMeta) {

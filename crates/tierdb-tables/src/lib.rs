@@ -49,6 +49,7 @@ pub mod pgtext;
 pub mod provider;
 pub mod readahead;
 pub mod rows;
+pub mod schemas;
 pub mod segment;
 pub mod sql;
 pub mod tables;

@@ -53,8 +53,8 @@ fn origin(plan: &LogicalPlan, i: usize, depth: usize) -> Option<Origin> {
         LogicalPlan::TableScan(t) => {
             let ours = t
                 .table_name
-                .schema()
-                .is_none_or(|s| s == crate::sql::SCHEMA);
+                .catalog()
+                .is_none_or(|c| c == crate::sql::CATALOG);
             let stored = datafusion::datasource::source_as_provider(&t.source)
                 .ok()
                 .is_some_and(|p| {
@@ -74,7 +74,11 @@ fn origin(plan: &LogicalPlan, i: usize, depth: usize) -> Option<Origin> {
                 return None;
             }
             Some((
-                t.table_name.table().to_string(),
+                // The catalog name (`s.t` outside public), as `tierdb-pgwire` keys OIDs.
+                crate::sql::qualified(
+                    t.table_name.schema().unwrap_or(crate::sql::SCHEMA),
+                    t.table_name.table(),
+                ),
                 i16::try_from(column + 1).ok()?,
             ))
         }

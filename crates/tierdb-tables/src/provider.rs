@@ -505,6 +505,8 @@ pub struct TierSchema {
     /// The sequences, which a query may read as relations but which are not listed as
     /// tables.
     sequences: RwLock<std::collections::HashSet<String>>,
+    /// The stored schemas (not `public`): `crate::schemas`.
+    schemas: RwLock<Vec<String>>,
     counters: Arc<ScanCounters>,
     options: RwLock<ScanOptions>,
     /// [`Tables::generation`] + 1 as of the last listing (0: never listed).
@@ -520,6 +522,7 @@ impl TierSchema {
             names: RwLock::new(Vec::new()),
             views: RwLock::new(Default::default()),
             sequences: RwLock::new(Default::default()),
+            schemas: RwLock::new(Vec::new()),
             counters,
             options: RwLock::new(ScanOptions::default()),
             expr_state: Default::default(),
@@ -557,12 +560,31 @@ impl TierSchema {
             .into_iter()
             .map(|s| s.name)
             .collect();
+        let schemas = self
+            .tables
+            .schemas()
+            .await?
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
         *self.names.write() = names;
         *self.sequences.write() = sequences;
+        *self.schemas.write() = schemas;
         *self.views.write() = views;
         // generation + 1: 0 means never listed.
         self.listed.store(generation + 1, Ordering::Release);
         Ok(())
+    }
+
+    /// The stored schemas (not `public`) at the last [`TierSchema::refresh`].
+    pub fn schema_names(&self) -> Vec<String> {
+        self.schemas.read().clone()
+    }
+
+    /// The relations (tables and views) of every schema, by catalog name
+    /// ([`crate::sql::qualified`]), at the last [`TierSchema::refresh`].
+    pub fn all_names(&self) -> Vec<String> {
+        self.names.read().clone()
     }
 
     /// Whether `name` was a view at the last [`TierSchema::refresh`].
@@ -600,8 +622,15 @@ impl TierSchema {
 
 #[async_trait]
 impl SchemaProvider for TierSchema {
+    /// `public`'s relations (those of other schemas: `sql/namespaces.rs`). A relation of
+    /// any schema is found by [`SchemaProvider::table`] under its catalog name.
     fn table_names(&self) -> Vec<String> {
-        self.names.read().clone()
+        self.names
+            .read()
+            .iter()
+            .filter(|n| !n.contains('.'))
+            .cloned()
+            .collect()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {

@@ -214,6 +214,7 @@ impl Tables {
     pub async fn create_table(&self, new: NewTable, if_not_exists: bool) -> Result<TableDef> {
         let kv = self.kv_writer()?;
         let _guard = self.commit_lock.lock().await;
+        self.require_namespace(&new.name).await?;
         if let Some(existing) = self.table(&new.name).await? {
             if if_not_exists {
                 return Ok(existing);

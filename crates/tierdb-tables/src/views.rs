@@ -77,6 +77,7 @@ impl Tables {
     pub async fn create_view(&self, def: ViewDef, or_replace: bool) -> Result<()> {
         let kv = self.kv_writer()?;
         let _guard = self.commit_lock.lock().await;
+        self.require_namespace(&def.name).await?;
         if self.table(&def.name).await?.is_some()
             || (!or_replace && self.view(&def.name).await?.is_some())
         {

@@ -66,11 +66,9 @@ impl ConnState {
                 else {
                     return Err(user_error("42601", "COPY FROM needs a table".into()));
                 };
-                let name = table_name
-                    .0
-                    .last()
-                    .map(|p| p.to_string().trim_matches('"').to_string())
-                    .unwrap_or_default();
+                // The catalog name: `s.t` is schema s's table, not public's `t`.
+                let name = tierdb_tables::sql::relation_name(&table_name)
+                    .unwrap_or_else(|| table_name.to_string());
                 let def = session
                     .tables()
                     .require(&name)

@@ -121,7 +121,8 @@ fn identifiers_are_quoted_as_quote_ident_quotes_them() {
 }
 
 /// `pg_class` listing `t` (oid 16400) in `public` (oid 2200), a relation of the same name
-/// in another schema, which the keys must not attach to, and `other`; and `pg_namespace`.
+/// in schema `elsewhere` (99), which public's keys must not attach to, and `other`; and
+/// `pg_namespace`.
 fn class_and_namespace() -> (Arc<dyn TableProvider>, Arc<dyn TableProvider>) {
     let class_schema = Arc::new(Schema::new(vec![
         Field::new("oid", DataType::Int32, false),
@@ -163,18 +164,19 @@ fn class_and_namespace() -> (Arc<dyn TableProvider>, Arc<dyn TableProvider>) {
 }
 
 #[tokio::test]
-async fn relations_are_the_tables_of_public_by_name() {
+async fn relations_are_the_tables_of_every_schema_by_catalog_name() {
     let (class, namespace) = class_and_namespace();
-    let relations = public_relations(class, namespace).await.expect("read");
-    assert_eq!(relations.len(), 2);
+    let relations = stored_relations(class, namespace).await.expect("read");
+    assert_eq!(relations.len(), 3);
     assert_eq!(relations.get("t"), Some(&(16400, 2200)));
+    assert_eq!(relations.get("elsewhere.t"), Some(&(16401, 99)));
     assert_eq!(relations.get("other"), Some(&(16402, 2200)));
 }
 
 /// A context with the catalog tables built from `keys` over [`class_and_namespace`].
 async fn context(keys: &Keys) -> SessionContext {
     let (class, namespace) = class_and_namespace();
-    let relations = public_relations(class.clone(), namespace)
+    let relations = stored_relations(class.clone(), namespace)
         .await
         .expect("read");
     let index_schema = Arc::new(Schema::new(vec![

@@ -163,8 +163,10 @@ impl DmlTarget {
             return Err(unsupported("UPDATE/DELETE of anything but a table"));
         };
         let ident = last_ident(name)?;
-        let table = normalize(&ident);
-        if table.starts_with(ROWS_PREFIX) {
+        // The qualified name (`s.t` in schema s): the last part alone would name `public.t`.
+        let table =
+            crate::sql::relation_name(name).ok_or_else(|| TableError::NoTable(name.to_string()))?;
+        if normalize(&ident).starts_with(ROWS_PREFIX) {
             return Err(TableError::NoTable(table));
         }
         let qualifier = alias.as_ref().map_or(ident, |a| a.name.clone());
@@ -234,7 +236,10 @@ impl DmlTarget {
             parts.pop();
             parts.push(ObjectNamePart::Identifier(Ident::with_quote(
                 '"',
-                format!("{ROWS_PREFIX}{}", self.table),
+                format!(
+                    "{ROWS_PREFIX}{}",
+                    crate::sql::split_qualified(&self.table).1
+                ),
             )));
             *name = ObjectName(parts);
             if alias.is_none() {

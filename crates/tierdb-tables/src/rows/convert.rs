@@ -51,7 +51,7 @@ pub(crate) async fn add_primary_key(
     after.partition_key = None;
     let key_cols = key_columns(&after)?;
     let segments = tables.segments(&before).await?;
-    let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+    let quoted = crate::sql::quoted_relation(name);
     let mut stream = ctx
         .sql(&format!("SELECT * FROM {quoted}"))
         .await?

@@ -197,6 +197,7 @@ impl Tables {
     pub async fn create_sequence(&self, def: SequenceDef, if_not_exists: bool) -> Result<()> {
         let kv = self.kv_writer()?;
         let _guard = self.commit_lock.lock().await;
+        self.require_namespace(&def.name).await?;
         if self.sequence(&def.name).await?.is_some() {
             if if_not_exists {
                 return Ok(());
@@ -418,13 +419,38 @@ impl std::hash::Hash for SeqFn {
     }
 }
 
-/// A sequence name as `nextval('…')` gives it: unquoted parts lower-cased, the schema
-/// (`public.`) dropped.
+/// A sequence's catalog name as `nextval('…')` gives it (`s`, `schema.s`, `"Mixed".s`):
+/// unquoted parts lower-cased, qualified as the catalog keys it ([`crate::sql::qualified`]).
 fn sequence_name(arg: &str) -> String {
-    let last = arg.rsplit('.').next().unwrap_or(arg);
-    match last.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
-        Some(q) => q.to_string(),
-        None => last.to_lowercase(),
+    // (part, whether any of it was quoted)
+    let mut parts = vec![(String::new(), false)];
+    let mut quoted = false;
+    let mut chars = arg.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        let Some((part, was_quoted)) = parts.last_mut() else {
+            break;
+        };
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                part.push('"');
+            }
+            '"' => {
+                quoted = !quoted;
+                *was_quoted = true;
+            }
+            '.' if !quoted => parts.push((String::new(), false)),
+            c => part.push(c),
+        }
+    }
+    let parts: Vec<String> = parts
+        .into_iter()
+        .map(|(p, q)| if q { p } else { p.to_lowercase() })
+        .collect();
+    match parts.as_slice() {
+        [.., schema, name] => crate::sql::qualified(schema, name),
+        [name] => name.clone(),
+        [] => String::new(),
     }
 }
 
@@ -526,5 +552,8 @@ mod tests {
         assert_eq!(sequence_name("public.t_id_seq"), "t_id_seq");
         assert_eq!(sequence_name("T_ID_SEQ"), "t_id_seq");
         assert_eq!(sequence_name("\"Mixed\""), "Mixed");
+        assert_eq!(sequence_name("An.T_ID_SEQ"), "an.t_id_seq");
+        assert_eq!(sequence_name("tierdb.an.s"), "an.s");
+        assert_eq!(sequence_name("\"a\"\"b\".\"S\""), "a\"b.S");
     }
 }

@@ -12,6 +12,7 @@ use datafusion::sql::sqlparser::ast::{
     Expr as SqlExpr, ObjectType, OneOrManyWithParens, Statement as SqlStatement,
 };
 
+use super::namespaces::{renamed, schema_ident};
 use super::session::{Outcome, inserted};
 use super::{SCHEMA, SqlSession, ident_name, relation_name};
 use crate::catalog::{ColumnDef, ColumnType};
@@ -37,7 +38,7 @@ impl SqlSession {
             ] = at.operations.as_slice()
                 && self.tables.view(&name).await?.is_some()
             {
-                self.tables.rename_view(&name, &table_name(n)?).await?;
+                self.tables.rename_view(&name, &renamed(&name, n)?).await?;
                 self.schema.refresh().await?;
                 return Ok(());
             }
@@ -91,7 +92,7 @@ impl SqlSession {
             changes.push(match op {
                 Op::RenameTable {
                     table_name: RenameTableNameKind::To(n) | RenameTableNameKind::As(n),
-                } => TableChange::RenameTo(table_name(n)?),
+                } => TableChange::RenameTo(renamed(&name, n)?),
                 Op::AddColumn {
                     if_not_exists,
                     column_def,
@@ -382,7 +383,8 @@ impl SqlSession {
                     ));
                 }
                 let name = match &ci.name {
-                    Some(n) => table_name(n)?,
+                    // An index is in its table's schema, as in PostgreSQL.
+                    Some(n) => renamed(&table, n)?,
                     None => format!("{table}_{}_idx", columns.join("_")),
                 };
                 self.tables
@@ -415,24 +417,34 @@ impl SqlSession {
                 if_not_exists,
                 ..
             } => {
-                let name = schema_name.to_string();
-                if name.trim_matches('"').to_lowercase() != SCHEMA {
-                    return Err(TableError::Unsupported(format!(
-                        "CREATE SCHEMA {name}: tierdb has one schema, {SCHEMA}; create tables \
-                         there"
-                    )));
+                use datafusion::sql::sqlparser::ast::SchemaName;
+                let name = match schema_name {
+                    SchemaName::Simple(n) | SchemaName::NamedAuthorization(n, _) => {
+                        schema_ident(n)?
+                    }
+                    // `CREATE SCHEMA AUTHORIZATION u`: the schema takes the user's name.
+                    SchemaName::UnnamedAuthorization(u) => ident_name(u),
+                };
+                if !self.tables.create_schema(&name, *if_not_exists).await? {
+                    self.notice(
+                        "42P06",
+                        &format!("schema \"{name}\" already exists, skipping"),
+                    );
                 }
-                if !*if_not_exists {
-                    return Err(TableError::Column {
-                        code: "42P06",
-                        message: format!("schema \"{SCHEMA}\" already exists"),
-                    });
-                }
-                self.notice(
-                    "42P06",
-                    &format!("schema \"{SCHEMA}\" already exists, skipping"),
-                );
                 "CREATE SCHEMA"
+            }
+            SqlStatement::Drop {
+                object_type: ObjectType::Schema,
+                names,
+                if_exists,
+                cascade,
+                ..
+            } => {
+                let names = names.iter().map(schema_ident).collect::<Result<Vec<_>>>()?;
+                self.tables
+                    .drop_schemas(&names, *if_exists, *cascade)
+                    .await?;
+                "DROP SCHEMA"
             }
             SqlStatement::Comment {
                 object_type,
@@ -623,6 +635,20 @@ impl SqlSession {
         use datafusion::sql::sqlparser::ast::{CommentObject, ObjectName};
         let (table, column) = match object {
             CommentObject::Table => (table_name(name)?, None),
+            CommentObject::Schema => {
+                let schema = schema_ident(name)?;
+                if schema == SCHEMA {
+                    self.notice(
+                        "01000",
+                        "the comment on schema public is not kept by tierdb (accepted, ignored)",
+                    );
+                    return Ok(());
+                }
+                return match self.tables.comment_on_schema(&schema, text).await {
+                    Err(TableError::Column { code: "3F000", .. }) if if_exists => Ok(()),
+                    other => other,
+                };
+            }
             CommentObject::Column => {
                 let Some((last, rest)) = name.0.split_last() else {
                     return Err(TableError::NoTable(name.to_string()));

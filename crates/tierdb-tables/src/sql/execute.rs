@@ -417,17 +417,34 @@ impl SqlSession {
             if r.table().starts_with(crate::dml::ROWS_PREFIX) {
                 return Err(TableError::NoTable(r.table().to_string()));
             }
+            let public = r.schema().is_none_or(|s| s == SCHEMA);
             let ours = r.catalog().is_none_or(|c| c == CATALOG)
-                && r.schema().is_none_or(|s| s == SCHEMA)
+                && (public
+                    || r.schema()
+                        .is_some_and(|s| self.schema.schema_names().iter().any(|n| n == s)))
                 && !state.table_functions().contains_key(r.table());
-            if ours
-                && !self.temp.has(r.table())
-                && !datafusion::catalog::SchemaProvider::table_exist(
-                    self.schema.as_ref(),
-                    r.table(),
-                )
+            let key = super::qualified(r.schema().unwrap_or(SCHEMA), r.table());
+            // A schema that does not exist: PostgreSQL says the relation does not.
+            if r.catalog().is_none_or(|c| c == CATALOG)
+                && let Some(s) = r.schema()
+                // (DataFusion adds information_schema itself, registered or not.)
+                && s != "information_schema"
+                && state
+                    .catalog_list()
+                    .catalog(CATALOG)
+                    .is_some_and(|c| c.schema(s).is_none())
             {
-                return Err(TableError::NoTable(r.table().to_string()));
+                return Err(TableError::NoTable(key));
+            }
+            if ours
+                && !(public && self.temp.has(r.table()))
+                && (r.table().contains('.')
+                    || !datafusion::catalog::SchemaProvider::table_exist(
+                        self.schema.as_ref(),
+                        &key,
+                    ))
+            {
+                return Err(TableError::NoTable(key));
             }
         }
         Ok(())
@@ -435,13 +452,15 @@ impl SqlSession {
 }
 
 /// Whether `stmt` is CREATE TEMP TABLE (kept by the session, undone by ROLLBACK), or DDL
-/// that changes nothing stored (the one schema exists; COMMENT ON other than TABLE and
-/// COLUMN is not kept).
+/// that changes nothing stored (COMMENT ON other than TABLE, COLUMN and SCHEMA is not
+/// kept).
 fn creates_temp(stmt: &DfStatement) -> bool {
     use datafusion::sql::sqlparser::ast::CommentObject;
     matches!(stmt, DfStatement::Statement(s)
-        if matches!(s.as_ref(), SqlStatement::CreateTable(ct) if ct.temporary)
-            || matches!(s.as_ref(), SqlStatement::CreateSchema { .. })
-            || matches!(s.as_ref(), SqlStatement::Comment { object_type, .. }
-                if !matches!(object_type, CommentObject::Table | CommentObject::Column)))
+    if matches!(s.as_ref(), SqlStatement::CreateTable(ct) if ct.temporary)
+        || matches!(s.as_ref(), SqlStatement::Comment { object_type, .. }
+            if !matches!(
+                object_type,
+                CommentObject::Table | CommentObject::Column | CommentObject::Schema
+            )))
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::catalog::CatalogProvider;
 use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::FairSpillPool;
@@ -31,6 +31,7 @@ mod ddl;
 mod execute;
 mod explain;
 mod isolation;
+mod namespaces;
 mod seqstmt;
 mod serial;
 mod session;
@@ -243,7 +244,7 @@ impl SqlEngine {
         let counters = Arc::new(ScanCounters::default());
         let schema = Arc::new(TierSchema::new(tables.clone(), counters.clone()));
         let temp = Arc::new(temp::TempTables::new(&ctx.runtime_env().memory_pool));
-        let catalog = MemoryCatalogProvider::new();
+        let catalog = namespaces::TierCatalog::new(schema.clone());
         catalog.register_schema(SCHEMA, session_schema(&schema, &temp))?;
         catalog.register_schema(temp::TEMP_SCHEMA, Arc::new(temp::TempSchema(temp.clone())))?;
         ctx.register_catalog(CATALOG, Arc::new(catalog));
@@ -301,9 +302,11 @@ impl SqlEngine {
                 catalogs.register_catalog(name, catalog);
                 continue;
             }
-            let own = MemoryCatalogProvider::new();
-            for schema_name in catalog.schema_names() {
-                if let Some(schema) = catalog.schema(&schema_name) {
+            // The fixed schemas the server registered (pg_catalog, zodb…); the stored ones
+            // are listed by the new catalog itself.
+            let own = namespaces::TierCatalog::new(self.session.schema.clone());
+            if let Some(tier) = catalog.as_ref().downcast_ref::<namespaces::TierCatalog>() {
+                for (schema_name, schema) in tier.fixed_schemas() {
                     let _ = own.register_schema(&schema_name, schema);
                 }
             }
@@ -392,8 +395,6 @@ pub(crate) fn ident_name(id: &datafusion::sql::sqlparser::ast::Ident) -> String 
     }
 }
 
-/// The catalog name of a table or view name: `t`, `public.t` or `tierdb.public.t`; `None`
-/// for a name in another schema or catalog.
 /// A session's `public` schema: its temporary tables, then the stored ones.
 fn session_schema(
     stored: &Arc<TierSchema>,
@@ -405,30 +406,94 @@ fn session_schema(
     })
 }
 
-/// The stored table a planned name refers to: unqualified, or in `public` (of this
-/// catalog). Any other schema does not exist (3F000): the name must not fall back to the
-/// public table of the same name (`DROP TABLE s1.x` dropped `public.x`).
-pub(crate) fn stored_table(name: &datafusion::common::TableReference) -> Result<&str> {
-    let catalog_ok = name.catalog().is_none_or(|c| c == CATALOG);
-    match name.schema() {
-        Some(s) if s != SCHEMA || !catalog_ok => Err(TableError::Column {
-            code: "3F000",
-            message: format!("schema \"{s}\" does not exist"),
-        }),
-        _ => Ok(name.table()),
+/// The catalog name of relation `table` in `schema`: the name alone in `public`,
+/// `schema.table` in any other schema (`docs/design/schemas.md`: a relation's own name
+/// never contains a dot, so the first dot separates the two).
+pub fn qualified(schema: &str, table: &str) -> String {
+    if schema == SCHEMA {
+        table.to_string()
+    } else {
+        format!("{schema}.{table}")
     }
 }
 
+/// Catalog name `name` ([`qualified`]) as SQL names it: `"t"`, or `"s"."t"` outside
+/// `public`, each part quoted.
+pub fn quoted_relation(name: &str) -> String {
+    let quote = |p: &str| format!("\"{}\"", p.replace('"', "\"\""));
+    match split_qualified(name) {
+        (SCHEMA, t) if !name.contains('.') => quote(t),
+        (s, t) => format!("{}.{}", quote(s), quote(t)),
+    }
+}
+
+/// The schema and the relation's own name of catalog name `name` (see [`qualified`]).
+pub fn split_qualified(name: &str) -> (&str, &str) {
+    match name.split_once('.') {
+        Some((schema, table)) => (schema, table),
+        None => (SCHEMA, name),
+    }
+}
+
+/// A name a new relation or schema may take: not empty and without a dot (the separator
+/// of [`qualified`] names).
+pub(crate) fn check_new_name(kind: &str, name: &str) -> Result<()> {
+    if name.is_empty() || name.contains('.') {
+        return Err(TableError::Column {
+            code: "42602",
+            message: format!(
+                "invalid {kind} name \"{name}\": tierdb does not allow a dot (or nothing) in \
+                 the name of a {kind}; choose another name"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The stored relation a planned name refers to, as the catalog names it ([`qualified`]):
+/// unqualified names are in `public` (the search path is `public`). A name in another
+/// catalog does not exist (3F000).
+pub(crate) fn stored_table(name: &datafusion::common::TableReference) -> Result<String> {
+    let catalog_ok = name.catalog().is_none_or(|c| c == CATALOG);
+    check_new_name("relation", name.table())?;
+    match name.schema() {
+        Some(s) if s.contains('.') => Err(TableError::Column {
+            code: "3F000",
+            message: format!("schema \"{s}\" does not exist"),
+        }),
+        Some(s) if !catalog_ok => Err(TableError::Column {
+            code: "3F000",
+            message: format!("schema \"{s}\" does not exist"),
+        }),
+        Some(s) => Ok(qualified(s, name.table())),
+        None => Ok(name.table().to_string()),
+    }
+}
+
+/// A one-part name (a schema's) as the catalog keys it; a longer name as written.
+pub fn ident_name_of(name: &datafusion::sql::sqlparser::ast::ObjectName) -> String {
+    match name.0.as_slice() {
+        [p] => p.as_ident().map_or_else(|| name.to_string(), ident_name),
+        _ => name.to_string(),
+    }
+}
+
+/// The catalog name ([`qualified`]) of a table, view or sequence name: `t`, `s.t` or
+/// `tierdb.s.t`; `None` for a name in another catalog, or with a dot inside a part.
 pub fn relation_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Option<String> {
     let parts: Vec<String> = name
         .0
         .iter()
         .map(|p| p.as_ident().map(ident_name))
         .collect::<Option<_>>()?;
+    // A quoted "a.b" names no relation: no part of a catalog name contains a dot.
+    if parts.iter().any(|p| p.contains('.')) {
+        return None;
+    }
     match parts.as_slice() {
         [t] => Some(t.clone()),
-        [s, t] if s == SCHEMA => Some(t.clone()),
-        [c, s, t] if c == CATALOG && s == SCHEMA => Some(t.clone()),
+        [s, t] => Some(qualified(s, t)),
+        [c, s, t] if c == CATALOG => Some(qualified(s, t)),
         _ => None,
     }
 }

@@ -287,7 +287,7 @@ pub(crate) fn change(clause: &str) -> Result<Change> {
                 .collect();
             match parts.as_slice() {
                 [t, c] => Change::OwnedBy(Some((t.clone(), c.clone()))),
-                [s, t, c] if s == super::SCHEMA => Change::OwnedBy(Some((t.clone(), c.clone()))),
+                [s, t, c] => Change::OwnedBy(Some((super::qualified(s, t), c.clone()))),
                 _ => {
                     return Err(TableError::Column {
                         code: "42P01",

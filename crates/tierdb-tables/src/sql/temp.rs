@@ -397,11 +397,15 @@ impl SchemaProvider for SessionSchema {
         if let Some(t) = self.temp.get(name) {
             return Ok(Some(t));
         }
+        // A dotted name is another schema's relation (`sql/namespaces.rs`), not public's.
+        if name.contains('.') {
+            return Ok(None);
+        }
         self.stored.table(name).await
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.temp.has(name) || self.stored.table_exist(name)
+        self.temp.has(name) || (!name.contains('.') && self.stored.table_exist(name))
     }
 }
 
