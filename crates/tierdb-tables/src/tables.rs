@@ -299,7 +299,17 @@ impl Tables {
             match self.table(name).await? {
                 Some(def) => found.push(Some(def)),
                 None if if_exists => found.push(None),
-                None => return Err(TableError::NoTable(name.to_string())),
+                None => {
+                    // As PostgreSQL: a missing schema is named before a missing table.
+                    let (schema, _) = crate::sql::split_qualified(name);
+                    if name.contains('.') && self.schema_def(schema).await?.is_none() {
+                        return Err(TableError::Column {
+                            code: "3F000",
+                            message: format!("schema \"{schema}\" does not exist"),
+                        });
+                    }
+                    return Err(TableError::NoTable(name.to_string()));
+                }
             }
         }
         let mut b = CatalogBatch::default();
