@@ -81,6 +81,9 @@ echo "== tierdb serve with PostgreSQL clients: psycopg 3, psycopg2, SQLAlchemy, 
 echo "== keys, indexes and defaults in pg_catalog beside PostgreSQL 15: psql \\d and \\di, pg_dump's key and index statements, a dump restored into tierdb keeps its row tables (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_catalog_keys.py")
+echo "== schemas other than public beside PostgreSQL 15: queries, mistakes' SQLSTATEs, psql \\dn+ \\dt \\d \\di \\ds, pg_dump -n, a dump restored, DROP SCHEMA CASCADE (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_schemas.py")
 echo "== dbt-postgres on tierdb serve beside PostgreSQL 15: seed, table, view and incremental models built twice, data tests, docs generate; equal rows and documented columns (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_dbt.py")

@@ -4,7 +4,8 @@ an index, a view, a table of the same name in `public`), then the rows of every 
 psql's `\\dn+`, `\\dt`, `\\d`, `\\dv` and `\\ds` of the schema, pg_dump's statements for it
 (`pg_dump -n`), and the SQLSTATE of each mistake must be PostgreSQL's. A pg_dump of the
 tierdb database restores with psql into a fresh tierdb database with the same tables,
-rows and keys; DROP SCHEMA … CASCADE leaves `public` as it was.
+rows and keys; DROP SCHEMA … CASCADE leaves `public` as it was. A search path through a
+schema is refused (tierdb resolves unqualified names in `public` only).
 
 Needs `tierdb` (TIERDB_BIN), psql, pg_dump and PostgreSQL 15 (scripts/postgres.sh)."""
 
@@ -128,6 +129,18 @@ def test_mistakes_fail_with_postgresqls_sqlstate(servers):
     got = {name: run_all(name, s, MISTAKES) for name, s in servers.items()}
     assert got["tierdb"] == got["postgres"], list(zip(MISTAKES, got["tierdb"], got["postgres"]))
     assert all(kind == "error" for kind, _ in got["tierdb"]), got
+
+
+def test_a_search_path_through_a_schema_is_refused_not_ignored(servers):
+    """tierdb looks unqualified names up in public alone: a search path through a stored
+    schema would read public's `t` where PostgreSQL reads `an.t`, so it is refused
+    (0A000); paths of public and of schemas that do not exist change nothing."""
+    with connect("tierdb", servers["tierdb"][0]) as c:
+        for path in ["public", "\"$user\", public", "nosuch, public", "''"]:
+            c.execute(f"SET search_path TO {path}")
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            c.execute("SET search_path TO an, public")
+        assert c.execute("SELECT count(*) FROM t").fetchone() == (4,)
 
 
 def without_owner(text):

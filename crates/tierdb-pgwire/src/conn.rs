@@ -216,6 +216,17 @@ impl ConnState {
             session
                 .refuse_if_aborted(kind)
                 .map_err(|e| table_error(&e))?;
+            if let Some(path) = crate::show::search_path(&stmt) {
+                let stored: Vec<String> = session
+                    .tables()
+                    .schemas()
+                    .await
+                    .map_err(|e| table_error(&e))?
+                    .into_iter()
+                    .map(|s| s.name)
+                    .collect();
+                crate::show::check_search_path(&path, &stored)?;
+            }
             // SET TIME ZONE: checked and applied to the session here (the hook below only
             // records it for SHOW; its change of the context's options is lost).
             if let Statement::Set(datafusion::sql::sqlparser::ast::Set::SetTimeZone {

@@ -34,6 +34,61 @@ pub(crate) fn is_set_or_show(stmt: &Statement) -> bool {
     )
 }
 
+/// The schemas `SET search_path TO …` names, if `stmt` is that statement (lower-cased
+/// unless quoted; `"$user"` and empty names left out).
+pub(crate) fn search_path(stmt: &Statement) -> Option<Vec<String>> {
+    use datafusion::sql::sqlparser::ast::{Expr, Set, Value};
+    let Statement::Set(Set::SingleAssignment {
+        variable, values, ..
+    }) = stmt
+    else {
+        return None;
+    };
+    if !variable.to_string().eq_ignore_ascii_case("search_path") {
+        return None;
+    }
+    let mut out = Vec::new();
+    for v in values {
+        let names: Vec<String> = match v {
+            Expr::Identifier(i) => vec![tierdb_tables::sql::ident_name(i)],
+            Expr::Value(v) => match &v.value {
+                // `SET search_path = 'a, b'` (one string listing them).
+                Value::SingleQuotedString(s) => s
+                    .split(',')
+                    .map(|p| {
+                        let p = p.trim();
+                        match p.strip_prefix('"').and_then(|q| q.strip_suffix('"')) {
+                            Some(q) => q.to_string(),
+                            None => p.to_lowercase(),
+                        }
+                    })
+                    .collect(),
+                _ => vec![],
+            },
+            other => vec![other.to_string()],
+        };
+        out.extend(names.into_iter().filter(|n| !n.is_empty() && n != "$user"));
+    }
+    Some(out)
+}
+
+/// `SET search_path` naming a stored schema other than `public`: tierdb resolves
+/// unqualified names in `public` alone, so such a path would silently read public's
+/// relation where PostgreSQL reads the schema's. Refused, saying what to do; a path of
+/// `public`, `pg_catalog` and schemas that do not exist changes nothing and is accepted.
+pub(crate) fn check_search_path(path: &[String], stored: &[String]) -> PgWireResult<()> {
+    match path.iter().find(|s| stored.contains(s)) {
+        Some(s) => Err(crate::errors::user_error(
+            "0A000",
+            format!(
+                "SET search_path to schema {s} is not supported: tierdb looks unqualified \
+                 names up in public only; name the relations with their schema ({s}.name)"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// `RESET x` (pg_dump's `RESET search_path` after it looked tables up by pattern): the
 /// settings tierdb only records for SHOW go back to nothing to undo, so it is accepted.
 /// The session's time zone would have to go back to the client's, which the server does
@@ -160,5 +215,27 @@ mod tests {
         assert_eq!(reset(&param("search_path")).ok(), Some("RESET"));
         assert!(reset(&param("TimeZone")).is_err());
         assert!(reset(&Reset::ALL).is_err());
+    }
+
+    #[test]
+    fn a_search_path_through_a_stored_schema_is_refused() {
+        use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
+        let path = |sql: &str| {
+            let s = Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("parse");
+            search_path(&s[0])
+        };
+        assert_eq!(
+            path("SET search_path TO An, \"$user\", public"),
+            Some(vec!["an".to_string(), "public".to_string()])
+        );
+        assert_eq!(path("SET search_path = ''"), Some(vec![]));
+        assert_eq!(
+            path("SET search_path = 'x, \"Y\"'"),
+            Some(vec!["x".to_string(), "Y".to_string()])
+        );
+        assert_eq!(path("SET TIME ZONE 'UTC'"), None);
+        let stored = vec!["an".to_string()];
+        assert!(check_search_path(&["public".into(), "missing".into()], &stored).is_ok());
+        assert!(check_search_path(&["an".into(), "public".into()], &stored).is_err());
     }
 }

@@ -387,7 +387,7 @@ impl SqlEngine {
 
 /// An identifier as the catalog keys it: lower case unless quoted (as DataFusion
 /// normalizes it).
-pub(crate) fn ident_name(id: &datafusion::sql::sqlparser::ast::Ident) -> String {
+pub fn ident_name(id: &datafusion::sql::sqlparser::ast::Ident) -> String {
     if id.quote_style.is_some() {
         id.value.clone()
     } else {
