@@ -84,6 +84,9 @@ echo "== keys, indexes and defaults in pg_catalog beside PostgreSQL 15: psql \\d
 echo "== schemas other than public beside PostgreSQL 15: queries, mistakes' SQLSTATEs, psql \\dn+ \\dt \\d \\di \\ds, pg_dump -n, a dump restored, DROP SCHEMA CASCADE (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_schemas.py")
+echo "== INSERT … RETURNING beside PostgreSQL 15: rows, names and tags by both protocols, failed and rolled back inserts, SQLAlchemy's ORM keys (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_returning.py")
 echo "== dbt-postgres on tierdb serve beside PostgreSQL 15: seed, table, view and incremental models built twice, data tests, docs generate; equal rows and documented columns (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_dbt.py")

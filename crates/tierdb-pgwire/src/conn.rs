@@ -269,6 +269,8 @@ impl ConnState {
             _ => {}
         }
         let names = crate::colnames::for_client(&stmt);
+        // INSERT … RETURNING answers rows, tagged as the INSERT it is ("INSERT 0 n").
+        let inserts = matches!(stmt, Statement::Insert(_));
         // The session aborts its transaction when the statement fails or is dropped (a
         // stop drops it).
         let mut stop = self.stop(client, &session);
@@ -312,7 +314,11 @@ impl ConnState {
                     .map_err(|e| table_error(&e))?;
                 let rows = encode_rows(fields.clone(), stream, session.time_zone());
                 let rows = stop.guard_stream(rows);
-                Ok(Response::Query(QueryResponse::new(fields, rows)))
+                let mut response = QueryResponse::new(fields, rows);
+                if inserts {
+                    response.set_command_tag("INSERT 0");
+                }
+                Ok(Response::Query(response))
             }
         }
     }

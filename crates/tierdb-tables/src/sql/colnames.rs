@@ -86,11 +86,14 @@ pub fn unique_result_names(stmt: &mut DfStatement) -> bool {
 
 /// Plans `stmt`; a query refused for a repeated column name is planned again with its
 /// result columns aliased apart ([`unique_result_names`]). Casts to text declare text
-/// (`casts.rs`).
+/// (`casts.rs`). An INSERT of a query over VALUES is planned by `insert_source.rs`.
 pub(crate) async fn statement_to_plan(
     state: &datafusion::execution::SessionState,
     stmt: DfStatement,
 ) -> datafusion::common::Result<datafusion::logical_expr::LogicalPlan> {
+    if let Some(plan) = super::insert_source::plan(state, &stmt).await? {
+        return super::casts::text_casts_are_text(plan);
+    }
     let plan = match state.statement_to_plan(stmt.clone()).await {
         Err(e) if e.to_string().contains(DUPLICATE_NAMES) => {
             let mut stmt = stmt;

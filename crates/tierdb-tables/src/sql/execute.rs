@@ -96,6 +96,14 @@ impl SqlSession {
         if let Some(outcome) = Box::pin(self.explain_dml(&stmt)).await? {
             return Ok(outcome);
         }
+        if let Some(returning) = super::returning::take(&mut stmt) {
+            let insert = self.insert_plan(&stmt).await?;
+            let plan = match plan {
+                Some(p) => p,
+                None => self.returning_plan(insert.clone(), &returning)?,
+            };
+            return self.insert_returning(insert, plan).await;
+        }
         if crate::dml::is_update_or_delete(&stmt) {
             // No segment merge of the target commits from planning to the end (merge.rs).
             let _merges_wait = crate::merge::DmlGuard::of_statement(&self.tables, &stmt).await;
@@ -249,36 +257,9 @@ impl SqlSession {
                 "{} is not supported: tierdb keeps tables only (CREATE TABLE, DROP TABLE)",
                 other.name()
             ))),
-            plan @ LogicalPlan::Dml(_) if self.inserts_into_temp(&plan) => {
-                let n = self.insert_into_temp(plan).await?;
+            plan @ LogicalPlan::Dml(_) => {
+                let n = self.run_insert(plan).await?;
                 Ok(Outcome::Command(format!("INSERT 0 {n}")))
-            }
-            plan @ LogicalPlan::Dml(_)
-                if let Some(n) = Box::pin(crate::rows::fastdml::insert(
-                    &self.ctx,
-                    &self.tables,
-                    &plan,
-                    self.abort.slot.current().as_ref(),
-                ))
-                .await? =>
-            {
-                Ok(Outcome::Command(format!("INSERT 0 {n}")))
-            }
-            LogicalPlan::Dml(dml) => {
-                let op = match &dml.op {
-                    WriteOp::Insert(_) => "INSERT 0",
-                    other => {
-                        return Err(TableError::Schema(format!(
-                            "{other} is not supported: use INSERT, UPDATE or DELETE"
-                        )));
-                    }
-                };
-                let df = self
-                    .exec_ctx()
-                    .execute_logical_plan(LogicalPlan::Dml(dml))
-                    .await?;
-                let n = inserted(&crate::interrupt::off_task(df.collect()).await?);
-                Ok(Outcome::Command(format!("{op} {n}")))
             }
             // SQL-level PREPARE (pg_dump prepares its per-object queries): the statement is
             // kept in the session for EXECUTE, and answered with its command tag, not rows.
@@ -298,6 +279,38 @@ impl SqlSession {
                 }))
             }
         }
+    }
+
+    /// Runs an INSERT plan (into a temporary table, a row table by VALUES, or through
+    /// the table's sink); returns how many rows it inserted.
+    pub(super) async fn run_insert(&self, plan: LogicalPlan) -> Result<u64> {
+        if self.inserts_into_temp(&plan) {
+            return self.insert_into_temp(plan).await;
+        }
+        if let Some(n) = Box::pin(crate::rows::fastdml::insert(
+            &self.ctx,
+            &self.tables,
+            &plan,
+            self.abort.slot.current().as_ref(),
+        ))
+        .await?
+        {
+            return Ok(n);
+        }
+        let LogicalPlan::Dml(dml) = plan else {
+            return Err(TableError::Schema("not an INSERT".into()));
+        };
+        if !matches!(dml.op, WriteOp::Insert(_)) {
+            return Err(TableError::Schema(format!(
+                "{} is not supported: use INSERT, UPDATE or DELETE",
+                dml.op
+            )));
+        }
+        let df = self
+            .exec_ctx()
+            .execute_logical_plan(LogicalPlan::Dml(dml))
+            .await?;
+        Ok(inserted(&crate::interrupt::off_task(df.collect()).await?))
     }
 
     /// `LOCK TABLE … IN ACCESS SHARE MODE` (pg_dump locks every table it dumps): the lock

@@ -569,6 +569,10 @@ impl SqlSession {
         self.schema.refresh().await?;
         let mut stmt = stmt.clone();
         crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
+        if let Some(returning) = super::returning::take(&mut stmt) {
+            let insert = self.insert_plan(&stmt).await?;
+            return Ok(Some(self.returning_plan(insert, &returning)?));
+        }
         let stmt = &stmt;
         {
             // Read in place: a clone of the session state (all its function maps) per

@@ -1,0 +1,218 @@
+//! `INSERT … RETURNING` (what ORMs send to learn the keys a SERIAL column or a default
+//! gave the rows they insert: SQLAlchemy, Django, ActiveRecord, Hibernate).
+//!
+//! DataFusion plans no RETURNING, so tierdb plans the INSERT without it and keeps the
+//! clause as a projection over the rows the INSERT writes:
+//!
+//! 1. **The plan** ([`SqlSession::returning_plan`]) is `Projection(RETURNING items)` over
+//!    `SubqueryAlias(the table or its alias)` over the INSERT's source: the rows as the
+//!    table will have them (every column, defaults and sequences filled in, cast to the
+//!    column types). It is a query's plan, so Parse describes its columns, and Bind binds
+//!    the source's parameters in it, as for any query.
+//! 2. **Running it** ([`SqlSession::insert_returning`]) computes the source once
+//!    (`nextval` is called once per row), inserts exactly those rows through the same
+//!    paths as any INSERT (temporary, row and columnar tables), and only then computes
+//!    the RETURNING items over them. A failed insert (a duplicate key, a NOT NULL column)
+//!    returns no rows: the statement fails as a whole.
+//! 3. **Names** are PostgreSQL's (`colnames::figure`): `RETURNING id` is `id`,
+//!    `RETURNING id + 1` is `?column?`; `*` and `t.*` are the table's columns.
+//! 4. The items see the row's columns only: a subquery in RETURNING is refused when it is
+//!    planned ("table not found"), not answered wrongly.
+//!
+//! UPDATE and DELETE … RETURNING are refused (`dml/target.rs`).
+
+use std::sync::Arc;
+
+use datafusion::common::{Column, TableReference};
+use datafusion::datasource::{MemTable, provider_as_source};
+use datafusion::logical_expr::dml::DmlStatement;
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Projection, SubqueryAlias};
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::{
+    ExprWithAlias, SelectItem, SelectItemQualifiedWildcardKind, Statement as SqlStatement,
+    TableObject,
+};
+
+use super::session::{Outcome, Rows, Source};
+use super::{SqlSession, ident_name};
+use crate::error::{Result, TableError};
+
+/// An INSERT's RETURNING clause, taken out of the statement, and the name its items call
+/// the table by.
+#[derive(Debug, Clone)]
+pub(super) struct Returning {
+    items: Vec<SelectItem>,
+    alias: String,
+}
+
+/// Takes the RETURNING clause out of `stmt` if it is an INSERT that has one.
+pub(super) fn take(stmt: &mut DfStatement) -> Option<Returning> {
+    let DfStatement::Statement(s) = stmt else {
+        return None;
+    };
+    let SqlStatement::Insert(insert) = s.as_mut() else {
+        return None;
+    };
+    let items = insert.returning.take()?;
+    let alias = match (&insert.table_alias, &insert.table) {
+        (Some(a), _) => ident_name(&a.alias),
+        (None, TableObject::TableName(name)) => name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(ident_name)
+            .unwrap_or_default(),
+        (None, _) => String::new(),
+    };
+    Some(Returning { items, alias })
+}
+
+/// The parts of a RETURNING plan: its items, the alias, and the INSERT's source.
+fn parts(plan: &LogicalPlan) -> Option<(&Projection, &SubqueryAlias)> {
+    let LogicalPlan::Projection(p) = plan else {
+        return None;
+    };
+    let LogicalPlan::SubqueryAlias(a) = p.input.as_ref() else {
+        return None;
+    };
+    Some((p, a))
+}
+
+fn not_returning() -> TableError {
+    TableError::Schema("INSERT … RETURNING: the plan is not a RETURNING projection".into())
+}
+
+impl SqlSession {
+    /// The plan of an INSERT (without RETURNING), as the general path plans it.
+    pub(super) async fn insert_plan(&self, stmt: &DfStatement) -> Result<LogicalPlan> {
+        let state = self.ctx.state();
+        self.require_tables(&state, stmt)?;
+        crate::guard::check(stmt)?;
+        let planning = state.clone();
+        let stmt = stmt.clone();
+        let plan = crate::interrupt::off_task(async move {
+            super::colnames::statement_to_plan(&planning, stmt).await
+        })
+        .await?;
+        let plan = crate::rows::sequence::bind_to_session(plan, &state)?;
+        Ok(crate::literals::int4_literals(plan)?)
+    }
+
+    /// Rule 1 of the module doc: the RETURNING projection over the source of `insert`,
+    /// the plan of the INSERT without its RETURNING clause.
+    pub(super) fn returning_plan(
+        &self,
+        insert: LogicalPlan,
+        returning: &Returning,
+    ) -> Result<LogicalPlan> {
+        let LogicalPlan::Dml(DmlStatement { input, .. }) = insert else {
+            return Err(TableError::Unsupported(
+                "RETURNING is supported on INSERT into a table only".into(),
+            ));
+        };
+        let source = LogicalPlanBuilder::from(input.as_ref().clone())
+            .alias(returning.alias.as_str())?
+            .build()?;
+        let schema = source.schema().clone();
+        let state = self.ctx.state();
+        let mut exprs = Vec::new();
+        let all = |exprs: &mut Vec<Expr>| {
+            for (q, f) in schema.iter() {
+                exprs.push(Expr::Column(Column::new(q.cloned(), f.name())));
+            }
+        };
+        for item in &returning.items {
+            match item {
+                SelectItem::UnnamedExpr(e) => {
+                    let name = super::colnames::figure(e).0;
+                    let expr = ExprWithAlias {
+                        expr: e.clone(),
+                        alias: None,
+                    };
+                    exprs.push(
+                        state
+                            .create_logical_expr_from_sql_expr(expr, &schema)?
+                            .alias(name),
+                    );
+                }
+                SelectItem::ExprWithAlias { expr, alias } => {
+                    let expr = ExprWithAlias {
+                        expr: expr.clone(),
+                        alias: None,
+                    };
+                    exprs.push(
+                        state
+                            .create_logical_expr_from_sql_expr(expr, &schema)?
+                            .alias(ident_name(alias)),
+                    );
+                }
+                SelectItem::Wildcard(_) => all(&mut exprs),
+                SelectItem::QualifiedWildcard(
+                    SelectItemQualifiedWildcardKind::ObjectName(n),
+                    _,
+                ) if super::relation_name(n).as_deref() == Some(returning.alias.as_str()) => {
+                    all(&mut exprs)
+                }
+                other => {
+                    return Err(TableError::Unsupported(format!(
+                        "RETURNING {other} is not supported: name the inserted table's \
+                         columns, expressions of them, or *"
+                    )));
+                }
+            }
+        }
+        let plan = LogicalPlanBuilder::from(source).project(exprs)?.build()?;
+        Ok(crate::literals::int4_literals(plan)?)
+    }
+
+    /// Rule 2 of the module doc: `insert` is the INSERT without RETURNING (for its target),
+    /// `plan` the RETURNING plan (its parameters bound).
+    pub(super) async fn insert_returning(
+        &self,
+        insert: LogicalPlan,
+        plan: LogicalPlan,
+    ) -> Result<Outcome> {
+        let LogicalPlan::Dml(dml) = insert else {
+            return Err(not_returning());
+        };
+        let (projection, alias) = parts(&plan).ok_or_else(not_returning)?;
+        let ctx = self.local_ctx();
+        let source = ctx
+            .execute_logical_plan(alias.input.as_ref().clone())
+            .await?;
+        let batches = crate::interrupt::off_task(source.collect()).await?;
+        // As computed (nullability may differ from the plan's), the same names and types.
+        let schema = match batches.first() {
+            Some(b) => b.schema(),
+            None => Arc::new(alias.input.schema().as_arrow().clone()),
+        };
+        let rows = Arc::new(MemTable::try_new(schema, vec![batches])?);
+        let scan = |name: &str| {
+            LogicalPlanBuilder::scan(
+                TableReference::bare(name),
+                provider_as_source(rows.clone()),
+                None,
+            )?
+            .build()
+        };
+        let dml = DmlStatement::new(
+            dml.table_name.clone(),
+            dml.target.clone(),
+            dml.op.clone(),
+            Arc::new(scan("inserted")?),
+        );
+        self.run_insert(LogicalPlan::Dml(dml)).await?;
+        let inserted = LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
+            Arc::new(scan("inserted")?),
+            alias.alias.clone(),
+        )?);
+        let returned = LogicalPlan::Projection(Projection::try_new(
+            projection.expr.clone(),
+            Arc::new(inserted),
+        )?);
+        Ok(Outcome::Rows(Rows {
+            source: Source::Plan(ctx.execute_logical_plan(returned).await?),
+            abort: self.abort.clone(),
+        }))
+    }
+}
