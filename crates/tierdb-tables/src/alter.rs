@@ -17,7 +17,9 @@
 //! 5. SET NOT NULL holds for the rows already there: the extent map's exact null counts
 //!    say whether any committed value is NULL (23502 if one is); rows written meanwhile by
 //!    other transactions cannot commit (rule 4). On a row table (rows in the KV engine, no
-//!    counts) it is refused for now.
+//!    counts) every committed row is read while no row commit can run (the row commit
+//!    gate, held for the whole ALTER); a transaction that wrote rows of the table before
+//!    cannot commit them after (40001; `rows::index::check_tables`).
 
 use crate::catalog::{self, CatalogBatch, ColumnDef, ColumnStats, TableDef};
 use crate::error::{Result, TableError};
@@ -67,6 +69,9 @@ impl Tables {
     /// Applies `changes` to table `name` in one atomic catalog commit (all or none).
     pub async fn alter_table(&self, name: &str, changes: &[TableChange]) -> Result<()> {
         let kv = self.kv_writer()?;
+        // No row commit runs while the table changes (rule 5), taken before the commit
+        // lock as a transaction's commit takes them.
+        let _gate = self.row_state().gate.write().await;
         let _guard = self.commit_lock.lock().await;
         let old = self.require(name).await?;
         let mut def = old.clone();
@@ -263,23 +268,15 @@ async fn apply(
                 ));
             }
             if *not_null && def.columns[i].nullable {
-                if def.is_row_table() {
-                    return Err(column_error(
-                        "0A000",
-                        format!(
-                            "SET NOT NULL on {}, a table with a PRIMARY KEY, is not supported \
-                             yet",
-                            def.name
-                        ),
-                    ));
-                }
                 // Rule 5. A segment written before the column was added has no entry: all
                 // of its rows are NULL there.
                 let nulls: u64 = segments
                     .iter()
                     .map(|s| s.columns.get(i).map_or(s.rows, |c| c.nulls))
                     .sum();
-                if nulls > 0 {
+                if nulls > 0
+                    || (def.is_row_table() && crate::rows::any_null(tables, def, i).await?)
+                {
                     return Err(column_error(
                         "23502",
                         format!(

@@ -311,3 +311,37 @@ async fn ddl_in_a_transaction_warns_that_rollback_will_not_undo_it() {
         "no warning outside a transaction"
     );
 }
+
+/// SET NOT NULL on a row table reads every committed row; a transaction that wrote a row
+/// before the change (a NULL the ALTER could not see) cannot commit it after (40001).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_not_null_on_a_row_table_holds_for_rows_not_yet_committed() {
+    let (e, _) = common::engine(1000).await;
+    let a = e.new_session();
+    let b = e.new_session();
+    a.sql("CREATE TABLE r (id INT PRIMARY KEY, v INT)")
+        .await
+        .unwrap();
+    a.sql("INSERT INTO r VALUES (1, NULL), (2, 2)")
+        .await
+        .unwrap();
+    let refused = a.sql("ALTER TABLE r ALTER COLUMN v SET NOT NULL").await;
+    assert!(
+        refused
+            .unwrap_err()
+            .to_string()
+            .contains("contains null values"),
+        "a committed NULL is found"
+    );
+    a.sql("UPDATE r SET v = 1 WHERE id = 1").await.unwrap();
+    b.sql("BEGIN").await.unwrap();
+    b.sql("INSERT INTO r VALUES (3, NULL)").await.unwrap();
+    a.sql("ALTER TABLE r ALTER COLUMN v SET NOT NULL")
+        .await
+        .unwrap();
+    let err = b.sql("COMMIT").await.unwrap_err();
+    assert_eq!(err.sqlstate(), "40001", "{err}");
+    assert_eq!(count(&a, "r").await, 2, "the NULL row was not committed");
+    let err = a.sql("INSERT INTO r VALUES (4, NULL)").await.unwrap_err();
+    assert_eq!(err.sqlstate(), "23502", "{err}");
+}

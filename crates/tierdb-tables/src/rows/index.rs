@@ -191,19 +191,34 @@ async fn other_entry(
 }
 
 /// Fails with 40001 if an index of a table `writes` wrote was created or dropped since
-/// (invariant 2).
+/// (invariant 2), or one of its columns made NOT NULL (alter.rs rule 5).
 pub(crate) async fn check_tables(tables: &Tables, writes: &RowWrites) -> Result<()> {
-    for (name, id, indexes) in writes.tables() {
+    for w in writes.tables() {
+        let name = &w.name;
         let now = tables.table(name).await?;
         match now {
             Some(d)
-                if d.id == *id && d.indexes.iter().map(|i| i.id).eq(indexes.iter().copied()) => {}
-            Some(d) if d.id == *id => {
+                if d.id == w.id
+                    && !d.indexes.iter().map(|i| i.id).eq(w.indexes.iter().copied()) =>
+            {
                 return Err(TableError::Conflict(format!(
                     "an index of {name} was created or dropped while this transaction wrote \
                      its rows; nothing was committed, retry"
                 )));
             }
+            Some(d)
+                if d.id == w.id
+                    && d.columns
+                        .iter()
+                        .zip(&w.nullable)
+                        .any(|(c, was)| *was && !c.nullable) =>
+            {
+                return Err(TableError::Conflict(format!(
+                    "a column of {name} was made NOT NULL while this transaction wrote its \
+                     rows; nothing was committed, retry"
+                )));
+            }
+            Some(d) if d.id == w.id => {}
             _ => {
                 return Err(TableError::NoTable(format!(
                     "{name} (it was dropped while this transaction wrote its rows; nothing was \
@@ -234,8 +249,9 @@ impl Tables {
             if_not_exists,
         } = options;
         let kv = self.kv_writer()?;
-        let _guard = self.commit_lock.lock().await;
+        // The gate before the commit lock, as a transaction's commit takes them.
         let _gate = self.row_state().gate.write().await;
+        let _guard = self.commit_lock.lock().await;
         let all = self.tables().await?;
         // Indexes share the namespace of relations, as in PostgreSQL: a table, a view, a
         // primary key's index (`<table>_pkey`, as pg_catalog lists it) or another index.
@@ -317,8 +333,9 @@ impl Tables {
     /// `DROP INDEX name`: the entries and the index go in one commit.
     pub async fn drop_index(&self, name: &str, if_exists: bool) -> Result<()> {
         let kv = self.kv_writer()?;
-        let _guard = self.commit_lock.lock().await;
+        // The gate before the commit lock, as a transaction's commit takes them.
         let _gate = self.row_state().gate.write().await;
+        let _guard = self.commit_lock.lock().await;
         let Some(mut def) = self
             .tables()
             .await?

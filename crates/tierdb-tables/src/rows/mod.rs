@@ -242,6 +242,28 @@ pub(crate) async fn commit(tables: &Tables, writes: &mut RowWrites) -> Result<()
     Ok(())
 }
 
+/// Whether a committed row of row table `def` has NULL in column `column` (SET NOT NULL's
+/// check, made while no row commit can run: alter.rs rule 5).
+pub(crate) async fn any_null(tables: &Tables, def: &TableDef, column: usize) -> Result<bool> {
+    const PAGE: usize = 8192;
+    let (mut start, end) = table_range(def.id);
+    loop {
+        let page = tables.reader.scan((start, end.clone()), Some(PAGE)).await?;
+        for (k, v) in &page {
+            if format::decode_row(def, k, v)?
+                .get(column)
+                .is_none_or(ScalarValue::is_null)
+            {
+                return Ok(true);
+            }
+        }
+        match page.last() {
+            Some((k, _)) if page.len() == PAGE => start = Bound::Excluded(k.clone()),
+            _ => return Ok(false),
+        }
+    }
+}
+
 /// A statement's reader of one row table (invariant 2): a snapshot of the committed rows
 /// (the writer's; a follower reads what it follows) with `overlay`, the statement's
 /// transaction's writes to the table.

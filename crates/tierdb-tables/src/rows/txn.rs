@@ -20,6 +20,18 @@ use bytes::Bytes;
 
 use super::locks::RowState;
 
+/// A table a transaction wrote rows of, as its writes saw it: what its commit checks is
+/// still so (`index::check_tables`).
+#[derive(Debug, Clone)]
+pub(crate) struct WrittenTable {
+    pub name: String,
+    pub id: u64,
+    /// Its indexes' ids (index.rs invariant 2).
+    pub indexes: Vec<u64>,
+    /// Whether each column took NULL (alter.rs rule 5: SET NOT NULL on a row table).
+    pub nullable: Vec<bool>,
+}
+
 #[derive(Debug, Default)]
 pub struct RowWrites {
     id: u64,
@@ -27,8 +39,8 @@ pub struct RowWrites {
     writes: BTreeMap<Bytes, Option<Bytes>>,
     undo: Vec<(Bytes, Option<Option<Bytes>>)>,
     locked: Vec<Bytes>,
-    /// The tables written: id → (name, index ids as the writes saw them).
-    tables: BTreeMap<u64, (String, u64, Vec<u64>)>,
+    /// The tables written, by id, as the writes saw them.
+    tables: BTreeMap<u64, WrittenTable>,
 }
 
 impl RowWrites {
@@ -65,18 +77,17 @@ impl RowWrites {
 
     /// Notes that a row of `def` is written (index.rs invariant 2).
     pub(crate) fn note_table(&mut self, def: &crate::catalog::TableDef) {
-        self.tables.entry(def.id).or_insert_with(|| {
-            (
-                def.name.clone(),
-                def.id,
-                def.indexes.iter().map(|i| i.id).collect(),
-            )
+        self.tables.entry(def.id).or_insert_with(|| WrittenTable {
+            name: def.name.clone(),
+            id: def.id,
+            indexes: def.indexes.iter().map(|i| i.id).collect(),
+            nullable: def.columns.iter().map(|c| c.nullable).collect(),
         });
     }
 
-    /// The tables written: name, id, index ids.
-    pub(crate) fn tables(&self) -> impl Iterator<Item = (&String, &u64, &Vec<u64>)> {
-        self.tables.values().map(|(n, id, ix)| (n, id, ix))
+    /// The tables written.
+    pub(crate) fn tables(&self) -> impl Iterator<Item = &WrittenTable> {
+        self.tables.values()
     }
 
     /// Gives up the lock on `key` if this transaction never wrote it (a statement that
