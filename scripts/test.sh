@@ -87,6 +87,9 @@ echo "== schemas other than public beside PostgreSQL 15: queries, mistakes' SQLS
 echo "== INSERT … RETURNING beside PostgreSQL 15: rows, names and tags by both protocols, failed and rolled back inserts, SQLAlchemy's ORM keys (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_returning.py")
+echo "== comments on views beside PostgreSQL 15: obj_description, col_description, psql \\dv+ and \\d+, pg_dump's COMMENT statements (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_view_comments.py")
 echo "== dbt-postgres on tierdb serve beside PostgreSQL 15: seed, table, view and incremental models built twice, data tests, docs generate; equal rows and documented columns (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_dbt.py")

@@ -1,5 +1,5 @@
-//! `pg_description` with the comments of tierdb's tables (`COMMENT ON TABLE` and `COLUMN`,
-//! kept in their catalog entries, `TableDef::comments`), beside datafusion-pg-catalog's own
+//! `pg_description` with the comments of tierdb's tables and views (`COMMENT ON TABLE`,
+//! `VIEW` and `COLUMN`, kept in their catalog entries, `TableDef::comments`, `ViewDef::comments`), beside datafusion-pg-catalog's own
 //! rows: psql's `\dt+` and `\d+`, pg_dump, dbt's `docs generate` and JDBC's `REMARKS` read
 //! them there or through `obj_description` and `col_description` (`catalogsql.rs` turns
 //! those into lookups of this table).
@@ -16,6 +16,7 @@ use datafusion::common::{Result, ScalarValue};
 use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::LogicalPlanBuilder;
 use tierdb_tables::catalog::TableDef;
+use tierdb_tables::views::ViewDef;
 
 use crate::keys::{FromTable, Relations, Row, stored};
 
@@ -28,8 +29,9 @@ const PG_NAMESPACE_OID: i32 = 2615;
 /// The key of the `public` schema's row among the relations' (no table's name).
 const PUBLIC_ROW: &str = "\u{0}public";
 
-/// The description rows of `defs` (module doc).
-pub(crate) fn rows(defs: &[TableDef]) -> Vec<Row> {
+/// The description rows of `defs` and `views` (module doc; a view's columns are numbered
+/// as its fields).
+pub(crate) fn rows(defs: &[TableDef], views: &[ViewDef]) -> Vec<Row> {
     let row = |table: &str, subid: i32, text: &str| -> Row {
         (
             table.to_string(),
@@ -51,6 +53,16 @@ pub(crate) fn rows(defs: &[TableDef]) -> Vec<Row> {
             }
         }
     }
+    for v in views {
+        if let Some(t) = &v.comments.table {
+            out.push(row(&v.name, 0, t));
+        }
+        for (column, text) in &v.comments.columns {
+            if let Some(i) = v.fields.iter().position(|f| &f.name == column) {
+                out.push(row(&v.name, i32::try_from(i + 1).unwrap_or(i32::MAX), text));
+            }
+        }
+    }
     out
 }
 
@@ -60,11 +72,12 @@ pub(crate) fn rows(defs: &[TableDef]) -> Vec<Row> {
 pub(crate) fn pg_description(
     inner: Arc<dyn TableProvider>,
     defs: &[TableDef],
+    views: &[ViewDef],
     relations: &Relations,
     namespaces: &std::collections::HashMap<String, i32>,
     schemas: &[tierdb_tables::catalog::SchemaDef],
 ) -> Result<Arc<dyn TableProvider>> {
-    let mut rows = rows(defs);
+    let mut rows = rows(defs, views);
     let mut relations = relations.clone();
     let public = namespaces.get(tierdb_tables::sql::SCHEMA).map(|&oid| {
         (
@@ -190,7 +203,7 @@ mod tests {
                 columns: vec![("b".into(), "second".into()), ("gone".into(), "x".into())],
             },
         };
-        let rows = rows(&[def]);
+        let rows = rows(&[def], &[]);
         let subids: Vec<(String, ScalarValue)> = rows
             .iter()
             .map(|(t, v)| (t.clone(), v[1].1.clone()))

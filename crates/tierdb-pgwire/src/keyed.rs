@@ -148,7 +148,19 @@ impl KeyedTable {
                     .schemas()
                     .await
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                crate::comments::pg_description(table, &defs, &relations, &namespaces, &schemas)?
+                let views = self
+                    .tables
+                    .views()
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                crate::comments::pg_description(
+                    table,
+                    &defs,
+                    &views,
+                    &relations,
+                    &namespaces,
+                    &schemas,
+                )?
             }
             "pg_index" => keys::pg_index(&schema, &keys, &relations)?,
             "pg_constraint" => keys::pg_constraint(&schema, &keys, &relations)?,

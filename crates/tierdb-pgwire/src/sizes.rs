@@ -25,7 +25,7 @@ pub(crate) const SIZE_FUNCTIONS: [&str; 3] = [
 ];
 
 /// `tierdb_sizes(oid, bytes)`: each columnar table of `tables` by the oid `class` (its
-/// `pg_class`) gives it, and the bytes of its segments.
+/// `pg_class`) gives it, and the bytes of its segments; each view, and 0.
 pub(crate) async fn sizes(
     class: Arc<dyn TableProvider>,
     tables: &tierdb_tables::Tables,
@@ -39,6 +39,11 @@ pub(crate) async fn sizes(
         let segments = tables.segments(&def).await.map_err(external)?;
         names.push(def.name.clone());
         bytes.push(segments.iter().map(|s| s.bytes as i64).sum::<i64>());
+    }
+    // A view stores no rows: 0 bytes, as PostgreSQL says (psql's `\dv+`).
+    for view in tables.views().await.map_err(external)? {
+        names.push(view.name);
+        bytes.push(0);
     }
     let schema = Arc::new(Schema::new(vec![
         Field::new("s_name", DataType::Utf8, false),
@@ -62,7 +67,11 @@ pub(crate) async fn sizes(
             ),
             None,
         )?
-        .filter(col(Column::new(Some("c"), "relkind")).eq(datafusion::logical_expr::lit("r")))?
+        .filter({
+            use datafusion::logical_expr::lit;
+            let kind = || col(Column::new(Some("c"), "relkind"));
+            kind().eq(lit("r")).or(kind().eq(lit("v")))
+        })?
         .project(vec![
             col(Column::new(Some("c"), "oid")).alias("oid"),
             col(Column::new(Some("s"), "bytes")).alias("bytes"),

@@ -42,6 +42,10 @@ pub struct ViewDef {
     /// again. A type tierdb does not store is listed as text.
     #[serde(default)]
     pub fields: Vec<crate::catalog::ColumnDef>,
+    /// COMMENT ON VIEW and COMMENT ON COLUMN of its columns (kept through CREATE OR
+    /// REPLACE for the columns it still has, as PostgreSQL keeps them).
+    #[serde(default, skip_serializing_if = "catalog::Comments::is_empty")]
+    pub comments: catalog::Comments,
 }
 
 impl ViewDef {
@@ -82,6 +86,50 @@ impl Tables {
             || (!or_replace && self.view(&def.name).await?.is_some())
         {
             return Err(TableError::TableExists(def.name));
+        }
+        let mut def = def;
+        if let Some(old) = self.view(&def.name).await? {
+            def.comments.table = old.comments.table;
+            for (column, text) in old.comments.columns {
+                if def.fields.iter().any(|f| f.name == column) {
+                    def.comments.set_column(&column, Some(text));
+                }
+            }
+        }
+        let mut b = CatalogBatch::default();
+        b.put_view(&def);
+        self.commit_catalog(kv, b).await?;
+        Ok(())
+    }
+
+    /// COMMENT ON VIEW (`column` None) or COMMENT ON COLUMN of a view's column: `text`
+    /// None removes it. One commit.
+    pub async fn comment_on_view(
+        &self,
+        name: &str,
+        column: Option<&str>,
+        text: Option<String>,
+    ) -> Result<()> {
+        let kv = self.kv_writer()?;
+        let _guard = self.commit_lock.lock().await;
+        let Some(mut def) = self.view(name).await? else {
+            if column.is_none() && self.table(name).await?.is_some() {
+                return Err(TableError::Column {
+                    code: "42809",
+                    message: format!("\"{name}\" is not a view"),
+                });
+            }
+            return Err(TableError::NoTable(format!("{name} (no such view)")));
+        };
+        match column {
+            None => def.comments.table = text,
+            Some(c) if def.fields.iter().any(|f| f.name == c) => def.comments.set_column(c, text),
+            Some(c) => {
+                return Err(TableError::Column {
+                    code: "42703",
+                    message: format!("column \"{c}\" of relation \"{name}\" does not exist"),
+                });
+            }
         }
         let mut b = CatalogBatch::default();
         b.put_view(&def);

@@ -25,8 +25,8 @@ pub(crate) fn quote_qualified(name: &str) -> String {
     format!("{}.{}", quote_ident(schema), quote_ident(table))
 }
 
-/// The stored tables by catalog name (`t` in `public`, `s.t` in schema s): their
-/// `pg_class` oid and schema oid (rule 3).
+/// The stored tables and views by catalog name (`t` in `public`, `s.t` in schema s):
+/// their `pg_class` oid and schema oid (rule 3).
 pub(crate) type Relations = HashMap<String, (i32, i32)>;
 
 /// Schemas whose relations are not stored tables.
@@ -49,7 +49,7 @@ pub(crate) async fn stored_relations(
     ])?;
     let batches = ctx
         .read_table(class)?
-        .filter(col("relkind").eq(lit("r")))?
+        .filter(col("relkind").eq(lit("r")).or(col("relkind").eq(lit("v"))))?
         .join(n, JoinType::Inner, &["relnamespace"], &["kn_oid"], None)?
         .select(vec![
             cast(col("oid"), DataType::Int32).alias("oid"),

@@ -290,6 +290,7 @@ impl SqlSession {
             query,
             created_ms: tierdb_kv::lease::now_ms(),
             fields,
+            comments: Default::default(),
         };
         self.tables.create_view(def, cv.or_replace).await
     }
@@ -622,9 +623,9 @@ impl SqlSession {
 }
 
 impl SqlSession {
-    /// COMMENT ON TABLE / COLUMN: kept in the table's catalog entry (`TableDef::comments`,
-    /// listed in `pg_description`). Other objects' comments (views, temporary tables,
-    /// schemas, …) are accepted and not kept, with a notice saying so.
+    /// COMMENT ON TABLE / VIEW / COLUMN / SCHEMA: kept in the table's, view's or schema's
+    /// catalog entry (listed in `pg_description`). Other objects' comments (temporary
+    /// tables, indexes, …) are accepted and not kept, with a notice saying so.
     async fn comment_on(
         &self,
         object: datafusion::sql::sqlparser::ast::CommentObject,
@@ -635,6 +636,13 @@ impl SqlSession {
         use datafusion::sql::sqlparser::ast::{CommentObject, ObjectName};
         let (table, column) = match object {
             CommentObject::Table => (table_name(name)?, None),
+            CommentObject::View => {
+                let view = table_name(name)?;
+                return match self.tables.comment_on_view(&view, None, text).await {
+                    Err(TableError::NoTable(_)) if if_exists => Ok(()),
+                    other => other,
+                };
+            }
             CommentObject::Schema => {
                 let schema = schema_ident(name)?;
                 if schema == SCHEMA {
@@ -674,6 +682,21 @@ impl SqlSession {
                 return Ok(());
             }
         };
+        if !self.temp.has(&table)
+            && let Some(column) = &column
+            && self.tables.view(&table).await?.is_some()
+        {
+            return self
+                .tables
+                .comment_on_view(&table, Some(column), text)
+                .await;
+        }
+        if column.is_none() && !self.temp.has(&table) && self.tables.view(&table).await?.is_some() {
+            return Err(TableError::Column {
+                code: "42809",
+                message: format!("\"{table}\" is not a table"),
+            });
+        }
         if self.temp.has(&table) || self.tables.view(&table).await?.is_some() {
             self.notice(
                 "01000",
