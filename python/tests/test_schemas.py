@@ -64,10 +64,7 @@ QUERIES = [
     "SELECT table_schema, table_name FROM information_schema.tables "
     "WHERE table_schema IN ('an', 'public') ORDER BY 1, 2",
     "SELECT table_name, column_name, data_type, character_maximum_length, numeric_precision "
-    # (Views: a view's column of a VARCHAR(20) column is described as text, not yet as
-    # PostgreSQL's character varying(20); a limitation of views, not of schemas.)
-    "FROM information_schema.columns WHERE table_schema = 'an' AND table_name <> 'v' "
-    "ORDER BY 1, ordinal_position",
+    "FROM information_schema.columns WHERE table_schema = 'an' ORDER BY 1, ordinal_position",
     "SELECT nspname FROM pg_catalog.pg_namespace WHERE nspname IN ('an', 'public') ORDER BY 1",
     "SELECT obj_description(n.oid, 'pg_namespace') FROM pg_catalog.pg_namespace n "
     "WHERE nspname = 'an'",

@@ -83,11 +83,13 @@ pub(crate) fn type_and_typmod(ty: ColumnType) -> Option<(i32, i32)> {
 }
 
 /// `attribute` (datafusion-pg-catalog's `pg_attribute`) with the declared types of
-/// `defs`' columns, matched by table name through `class` (its `pg_class`).
+/// `defs`' columns and of `views`' (a view's column of a VARCHAR(20) column is one too),
+/// matched by relation name through `class` (its `pg_class`).
 pub(crate) fn with_declared_types(
     attribute: Arc<dyn TableProvider>,
     class: Arc<dyn TableProvider>,
     defs: &[tierdb_tables::catalog::TableDef],
+    views: &[tierdb_tables::views::ViewDef],
 ) -> Result<Arc<dyn TableProvider>> {
     let schema = attribute.schema();
     let (Ok(typid), Ok(typmod)) = (
@@ -111,6 +113,19 @@ pub(crate) fn with_declared_types(
             not_null.push(!c.nullable || def.primary_key.contains(&c.name));
             // `pg_attrdef` lists it (`keys.rs`); psql's `\d` looks there only if this says so.
             has_default.push(def.defaults.iter().any(|(d, _)| *d == c.name));
+        }
+    }
+    for view in views {
+        for c in &view.fields {
+            let Some((id, m)) = type_and_typmod(c.ty) else {
+                continue;
+            };
+            tables.push(view.name.clone());
+            columns.push(c.name.clone());
+            ids.push(Some(id));
+            mods.push(Some(m));
+            not_null.push(false);
+            has_default.push(false);
         }
     }
     if tables.is_empty() {

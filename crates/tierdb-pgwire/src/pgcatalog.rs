@@ -205,8 +205,12 @@ impl SchemaProvider for Owned {
                             .tables()
                             .await
                             .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                        let views = tables
+                            .views()
+                            .await
+                            .map_err(|e| DataFusionError::External(Box::new(e)))?;
                         let class = self.by_catalog_name(class).await?;
-                        crate::declared::with_declared_types(table, class, &defs)?
+                        crate::declared::with_declared_types(table, class, &defs, &views)?
                     }
                     _ => table,
                 }

@@ -280,7 +280,7 @@ impl SqlSession {
             .enumerate()
             .map(|(i, f)| ColumnDef {
                 name: columns.get(i).cloned().unwrap_or_else(|| f.name().clone()),
-                ty: ColumnType::from_arrow(f.name(), f.data_type()).unwrap_or(ColumnType::Utf8),
+                ty: declared_type(f),
                 nullable: true,
             })
             .collect();
@@ -709,6 +709,25 @@ impl SqlSession {
             Err(TableError::NoTable(_)) if if_exists => Ok(()),
             other => other,
         }
+    }
+}
+
+/// The type of a view's column as catalog listings show it: a column of a VARCHAR(20)
+/// column (or cast to one) is VARCHAR(20), as its field's declared type says; one of a
+/// type tierdb does not store, text.
+fn declared_type(f: &datafusion::arrow::datatypes::Field) -> ColumnType {
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let ty = ColumnType::from_arrow(f.name(), f.data_type()).unwrap_or(ColumnType::Utf8);
+    let Some(declared) = f.metadata().get(crate::catalog::DECLARED_TYPE) else {
+        return ty;
+    };
+    match Parser::new(&GenericDialect {})
+        .try_with_sql(declared)
+        .and_then(|mut p| p.parse_data_type())
+    {
+        Ok(sql) => ty.with_declared(&sql),
+        Err(_) => ty,
     }
 }
 
