@@ -36,6 +36,7 @@ STATEMENTS = [
     ("INSERT INTO r (name) SELECT name || '2' FROM r WHERE n = 7 ORDER BY id RETURNING r.*",
      None),
     ("INSERT INTO r (name) VALUES (%s) RETURNING upper(name), length(name) AS len", ("xyz",)),
+    ("INSERT INTO r AS x (name) VALUES ('aliased') RETURNING x.id, x.name", None),
     ("INSERT INTO r (name) SELECT name FROM r WHERE false RETURNING id", None),
     ("INSERT INTO c VALUES (1, 'one', DATE '2024-05-06') RETURNING b, a", None),
     ("INSERT INTO c (a) VALUES (%s), (%s) RETURNING *", (2, 3)),

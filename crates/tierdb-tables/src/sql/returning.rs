@@ -45,7 +45,9 @@ pub(super) struct Returning {
     alias: String,
 }
 
-/// Takes the RETURNING clause out of `stmt` if it is an INSERT that has one.
+/// Takes the RETURNING clause out of `stmt` if it is an INSERT that has one. The table's
+/// alias (`INSERT INTO t AS x`), which only RETURNING and ON CONFLICT can name and which
+/// DataFusion refuses, is taken out of every INSERT.
 pub(super) fn take(stmt: &mut DfStatement) -> Option<Returning> {
     let DfStatement::Statement(s) = stmt else {
         return None;
@@ -53,8 +55,13 @@ pub(super) fn take(stmt: &mut DfStatement) -> Option<Returning> {
     let SqlStatement::Insert(insert) = s.as_mut() else {
         return None;
     };
+    let table_alias = if insert.on.is_none() {
+        insert.table_alias.take()
+    } else {
+        insert.table_alias.clone()
+    };
     let items = insert.returning.take()?;
-    let alias = match (&insert.table_alias, &insert.table) {
+    let alias = match (&table_alias, &insert.table) {
         (Some(a), _) => ident_name(&a.alias),
         (None, TableObject::TableName(name)) => name
             .0
