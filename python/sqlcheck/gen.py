@@ -16,6 +16,7 @@ Deliberate differences, skipped by the generator (listed by `SKIPS`):
 """
 
 import random
+import zlib
 from dataclasses import dataclass, field
 
 SKIPS = [
@@ -431,15 +432,32 @@ class Gen:
             return literal(ty, self.value(ty, False))
         return literal(ty, self.value(ty, not nn))
 
+    def returning(self, t, stmt):
+        """`stmt` (an INSERT) with a RETURNING clause one time in three, whose rows are
+        compared too. Decided by a generator of its own, seeded by the statement, so the
+        main stream (and every seed's sequence of statements) is as it was."""
+        r = random.Random(zlib.crc32(stmt.sql.encode()))
+        if stmt.kind != "dml" or r.random() >= 1 / 3:
+            return stmt
+        if r.random() < 0.4:
+            items = "*"
+        else:
+            name, ty, _ = r.choice(t.cols)
+            items = f"{name}, {t.cols[0][0]} IS NULL AS n0"
+            if ty in ("int", "bigint"):
+                items += f", {name} + 1 AS plus"
+        return Stmt(f"{stmt.sql} RETURNING {items}", kind="dml", table=t.name, tags=["returning"])
+
     def dml(self):
         r = self.r
         t = r.choice(self.tables)
         k = r.random()
         scope = [(t.name, t)]
         if k < 0.25:
-            return self.insert_values(t)
+            return self.returning(t, self.insert_values(t))
         if k < 0.35:
-            return Stmt(f"INSERT INTO {t.name} SELECT * FROM {t.name} WHERE {self.pred(scope)}", kind="dml", table=t.name)
+            return self.returning(t, Stmt(f"INSERT INTO {t.name} SELECT * FROM {t.name} WHERE {self.pred(scope)}",
+                                          kind="dml", table=t.name))
         if k < 0.65:
             n = r.randint(1, min(2, len(t.cols)))
             sets = ", ".join(f"{c} = {self.new_value(t, c, ty, nn)}" for c, ty, nn in r.sample(t.cols, n))

@@ -156,6 +156,8 @@ class Pair:
         elif stmt.kind == "dml":
             if pg[2] != td[2]:
                 raise Mismatch("different row count", stmt, pg, td)
+            if (pg[1] is None) != (td[1] is None) or not same_rows(pg[1] or [], td[1] or [], False):
+                raise Mismatch("different rows returned", stmt, pg, td)
             q = Stmt(f"SELECT * FROM {stmt.table}", kind="query")
             a, b = self.pg.run(q.sql), self.td.run(q.sql)
             if a[0] != "ok" or b[0] != "ok" or not same_rows(a[1], b[1], False):
@@ -179,7 +181,7 @@ def split_inserts(stmts):
     out = []
     for s in stmts:
         m = re.match(r"^(INSERT INTO \w+ VALUES )(.*)$", s.sql, re.S)
-        if s.kind == "dml" and m and s.pg is None:
+        if s.kind == "dml" and m and s.pg is None and "RETURNING" not in s.sql:
             rows = split_rows(m.group(2))
             for r in rows:
                 out.append(Stmt(m.group(1) + r, kind="dml", table=s.table))

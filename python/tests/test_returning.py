@@ -45,6 +45,7 @@ STATEMENTS = [
     ("INSERT INTO r (id, name) VALUES (1, 'dup') RETURNING id", None),          # 23505
     ("INSERT INTO r (name) VALUES (NULL) RETURNING id", None),                  # 23502
     ("INSERT INTO c (a) VALUES (99) RETURNING nosuch", None),                   # 42703
+    ("INSERT INTO c (a) VALUES (2147483647) RETURNING a + 1", None),            # 22003
 ]
 
 QUERIES = ["SELECT * FROM r ORDER BY id", "SELECT * FROM c ORDER BY a"]

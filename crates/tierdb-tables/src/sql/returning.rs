@@ -10,10 +10,12 @@
 //!    column types). It is a query's plan, so Parse describes its columns, and Bind binds
 //!    the source's parameters in it, as for any query.
 //! 2. **Running it** ([`SqlSession::insert_returning`]) computes the source once
-//!    (`nextval` is called once per row), inserts exactly those rows through the same
-//!    paths as any INSERT (temporary, row and columnar tables), and only then computes
-//!    the RETURNING items over them. A failed insert (a duplicate key, a NOT NULL column)
-//!    returns no rows: the statement fails as a whole.
+//!    (`nextval` is called once per row), puts it in the table's stored form (CHAR(n)
+//!    padded, UUID and JSONB canonical: `write::conform`), computes the RETURNING items
+//!    over those rows, and only then inserts exactly those rows through the same paths as
+//!    any INSERT (temporary, row and columnar tables). The statement fails as a whole:
+//!    an item that fails (an overflow) inserts nothing, a failed insert (a duplicate key,
+//!    a NOT NULL column) returns no rows.
 //! 3. **Names** are PostgreSQL's (`colnames::figure`): `RETURNING id` is `id`,
 //!    `RETURNING id + 1` is `?column?`; `*` and `t.*` are the table's columns.
 //! 4. The items see the row's columns only: a subquery in RETURNING is refused when it is
@@ -187,7 +189,22 @@ impl SqlSession {
         let source = ctx
             .execute_logical_plan(alias.input.as_ref().clone())
             .await?;
-        let batches = crate::interrupt::off_task(source.collect()).await?;
+        let mut batches = crate::interrupt::off_task(source.collect()).await?;
+        // The rows as the table stores them (CHAR(n) padded, UUID and JSONB canonical):
+        // what RETURNING shows, and what is inserted (conforming again changes nothing).
+        let temp = self.inserts_into_temp(&LogicalPlan::Dml(dml.clone()));
+        if !temp
+            && let Some(def) = self
+                .tables
+                .table(&super::stored_table(&dml.table_name)?)
+                .await?
+        {
+            let schema = def.schema();
+            batches = batches
+                .into_iter()
+                .map(|b| crate::write::conform(b, &def, &schema))
+                .collect::<Result<Vec<_>>>()?;
+        }
         // As computed (nullability may differ from the plan's), the same names and types.
         let schema = match batches.first() {
             Some(b) => b.schema(),
@@ -208,7 +225,8 @@ impl SqlSession {
             dml.op.clone(),
             Arc::new(scan("inserted")?),
         );
-        self.run_insert(LogicalPlan::Dml(dml)).await?;
+        // The items first: one that fails (an overflow) fails the statement before
+        // anything is inserted, as PostgreSQL's INSERT fails as a whole.
         let inserted = LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
             Arc::new(scan("inserted")?),
             alias.alias.clone(),
@@ -217,8 +235,12 @@ impl SqlSession {
             projection.expr.clone(),
             Arc::new(inserted),
         )?);
+        let schema = returned.schema().clone();
+        let df = ctx.execute_logical_plan(returned).await?;
+        let rows = crate::interrupt::off_task(df.collect()).await?;
+        self.run_insert(LogicalPlan::Dml(dml)).await?;
         Ok(Outcome::Rows(Rows {
-            source: Source::Plan(ctx.execute_logical_plan(returned).await?),
+            source: Source::Ready(schema, rows),
             abort: self.abort.clone(),
         }))
     }
