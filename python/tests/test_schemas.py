@@ -9,6 +9,7 @@ schema is refused (tierdb resolves unqualified names in `public` only).
 
 Needs `tierdb` (TIERDB_BIN), psql, pg_dump and PostgreSQL 15 (scripts/postgres.sh)."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -87,8 +88,10 @@ def connect(name, port):
     return psycopg.connect(dsn, autocommit=True)
 
 
-@pytest.fixture(scope="module")
-def servers():
+@contextlib.contextmanager
+def servers_after(setup):
+    """PostgreSQL 15 and tierdb, each after the statements of `setup`: {name: (port, user,
+    password, database)}."""
     if shutil.which("psql") is None:
         pytest.skip("psql is not installed")
     with engines.postgres() as pg_port, engines.tierdb(BIN) as t_port:
@@ -98,9 +101,15 @@ def servers():
             ("tierdb", t_port, "tierdb", engines.PASSWORD),
         ]:
             with connect(name, port) as c:
-                for sql in SETUP:
+                for sql in setup:
                     c.execute(sql)
             made[name] = (port, user, password, "postgres" if name == "postgres" else "tierdb")
+        yield made
+
+
+@pytest.fixture(scope="module")
+def servers():
+    with servers_after(SETUP) as made:
         yield made
 
 

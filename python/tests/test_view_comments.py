@@ -6,7 +6,6 @@ gone with the view.
 
 Needs `tierdb` (TIERDB_BIN), psql, pg_dump and PostgreSQL 15 (scripts/postgres.sh)."""
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,9 +14,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from sqlcheck import engines  # noqa: E402
 from test_catalog_keys import BIN, dump, psql  # noqa: E402
-from test_schemas import connect, run_all, without_owner  # noqa: E402
+from test_schemas import run_all, servers_after, without_owner  # noqa: E402
 
 SETUP = [
     "CREATE TABLE t (a INT, b TEXT)",
@@ -55,18 +53,7 @@ MISTAKES = [
 
 @pytest.fixture(scope="module")
 def servers():
-    if shutil.which("psql") is None:
-        pytest.skip("psql is not installed")
-    with engines.postgres() as pg_port, engines.tierdb(BIN) as t_port:
-        made = {}
-        for name, port, user, password in [
-            ("postgres", pg_port, "postgres", ""),
-            ("tierdb", t_port, "tierdb", engines.PASSWORD),
-        ]:
-            with connect(name, port) as c:
-                for sql in SETUP:
-                    c.execute(sql)
-            made[name] = (port, user, password, "postgres" if name == "postgres" else "tierdb")
+    with servers_after(SETUP) as made:
         yield made
 
 
