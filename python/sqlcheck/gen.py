@@ -1,8 +1,10 @@
 """Random schemas, rows, queries and DML for the differential tester (SQLancer-style).
 
-Everything is generated from one `random.Random`, so a seed names a run. A statement is a
-`Stmt`: the SQL both engines run (or one text per engine where tierdb's dialect differs:
-CREATE TABLE … ORDER BY), and what to compare after it.
+Everything is generated from one `random.Random`, so a seed names a run (the RETURNING
+clause a third of the INSERTs get is drawn from a generator seeded by the statement, so
+adding it left every seed's statements as they were). A statement is a `Stmt`: the SQL
+both engines run (or one text per engine where tierdb's dialect differs: CREATE TABLE …
+ORDER BY), and what to compare after it (a DML's row count, returned rows and table).
 
 Deliberate differences, skipped by the generator (listed by `SKIPS`):
   - types tierdb lacks (TIMESTAMP, BYTEA, SMALLINT, REAL, NUMERIC without precision,
