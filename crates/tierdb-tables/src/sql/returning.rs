@@ -130,30 +130,20 @@ impl SqlSession {
                 exprs.push(Expr::Column(Column::new(q.cloned(), f.name())));
             }
         };
+        let planned = |e: &datafusion::sql::sqlparser::ast::Expr| {
+            let e = ExprWithAlias {
+                expr: e.clone(),
+                alias: None,
+            };
+            state.create_logical_expr_from_sql_expr(e, &schema)
+        };
         for item in &returning.items {
             match item {
                 SelectItem::UnnamedExpr(e) => {
-                    let name = super::colnames::figure(e).0;
-                    let expr = ExprWithAlias {
-                        expr: e.clone(),
-                        alias: None,
-                    };
-                    exprs.push(
-                        state
-                            .create_logical_expr_from_sql_expr(expr, &schema)?
-                            .alias(name),
-                    );
+                    exprs.push(planned(e)?.alias(super::colnames::figure(e).0));
                 }
                 SelectItem::ExprWithAlias { expr, alias } => {
-                    let expr = ExprWithAlias {
-                        expr: expr.clone(),
-                        alias: None,
-                    };
-                    exprs.push(
-                        state
-                            .create_logical_expr_from_sql_expr(expr, &schema)?
-                            .alias(ident_name(alias)),
-                    );
+                    exprs.push(planned(expr)?.alias(ident_name(alias)));
                 }
                 SelectItem::Wildcard(_) => all(&mut exprs),
                 SelectItem::QualifiedWildcard(
