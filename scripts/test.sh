@@ -87,6 +87,9 @@ echo "== schemas other than public beside PostgreSQL 15: queries, mistakes' SQLS
 echo "== INSERT … RETURNING beside PostgreSQL 15: rows, names and tags by both protocols, failed and rolled back inserts, SQLAlchemy's ORM keys (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_returning.py")
+echo "== INSERT … ON CONFLICT beside PostgreSQL 15: DO NOTHING and DO UPDATE by key, unique index and constraint name, RETURNING, both protocols, mistakes' SQLSTATEs, concurrent upserts of one counter, SQLAlchemy's on_conflict_do_update (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_upsert.py")
 echo "== comments on views beside PostgreSQL 15: obj_description, col_description, psql \\dv+ and \\d+, pg_dump's COMMENT statements (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_view_comments.py")

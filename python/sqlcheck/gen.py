@@ -54,6 +54,7 @@ TYPES = {
     "char": ("CHAR(4)", "CHAR(4)"),
 }
 NUMERIC = {"int", "bigint", "double", "decimal"}
+KEYABLE = {"int", "bigint", "varchar", "date", "char", "decimal"}
 ORDERED = NUMERIC | {"varchar", "date", "char"}
 
 EDGE = {
@@ -99,6 +100,7 @@ class Table:
     name: str
     cols: list  # [(name, type key, not null)]
     sort: str = None
+    key: bool = False  # a row table: PRIMARY KEY (c0)
 
     def col_names(self):
         return [c[0] for c in self.cols]
@@ -175,10 +177,19 @@ class Gen:
         for t in self.tables:
             cols = ", ".join(f"{n} {TYPES[ty][0]}{' NOT NULL' if nn else ''}" for n, ty, nn in t.cols)
             pgcols = ", ".join(f"{n} {TYPES[ty][1]}{' NOT NULL' if nn else ''}" for n, ty, nn in t.cols)
+            # A row table (PRIMARY KEY (c0)) four times in ten where c0 can be a key, drawn
+            # from a generator of its own (as RETURNING is): the main stream stays as it was.
+            c0 = t.cols[0]
+            own = random.Random(zlib.crc32(f"key {t.name} {cols}".encode()))
+            if c0[2] and c0[1] in KEYABLE and own.random() < 0.4:
+                t.key = True
+                t.sort = None
+                cols += ", PRIMARY KEY (c0)"
+                pgcols += ", PRIMARY KEY (c0)"
             order = f" ORDER BY ({t.sort})" if t.sort else ""
             out.append(Stmt(f"CREATE TABLE {t.name} ({cols}){order}", f"CREATE TABLE {t.name} ({pgcols})", "ddl"))
         for t in self.tables:
-            out.append(self.insert_values(t, self.r.randint(0, 12)))
+            out.append(self.on_conflict(t, self.insert_values(t, self.r.randint(0, 12)), first=True))
         return out
 
     def insert_values(self, t, n=None):
@@ -434,6 +445,42 @@ class Gen:
             return literal(ty, self.value(ty, False))
         return literal(ty, self.value(ty, not nn))
 
+    def on_conflict(self, t, stmt, first=False):
+        """`stmt` (an INSERT into row table `t`) with an ON CONFLICT clause most of the time
+        (always DO NOTHING for a table's first rows, so duplicate keys do not leave it
+        empty): DO NOTHING with or without the key as target, or DO UPDATE of columns that
+        are not the key from `excluded` and the existing row, with a WHERE sometimes. From
+        a generator of its own, seeded by the statement."""
+        if not t.key or stmt.kind != "dml":
+            return stmt
+        r = random.Random(zlib.crc32(f"conflict {stmt.sql}".encode()))
+        k = r.random()
+        if first or k < 0.4:
+            clause = "ON CONFLICT DO NOTHING" if r.random() < 0.5 else "ON CONFLICT (c0) DO NOTHING"
+        elif k < 0.85:
+            others = t.cols[1:]
+            sets = []
+            for name, ty, nn in r.sample(others, r.randint(1, len(others))):
+                j = r.random()
+                if j < 0.5:
+                    sets.append(f"{name} = excluded.{name}")
+                elif j < 0.7 and not nn:
+                    sets.append(f"{name} = coalesce({t.name}.{name}, excluded.{name})")
+                elif ty in ("int", "bigint"):
+                    sets.append(f"{name} = {t.name}.{name} + CAST(1 AS {TYPES[ty][1]})")
+                elif ty == "varchar":
+                    sets.append(f"{name} = {t.name}.{name} || excluded.{name}")
+                else:
+                    sets.append(f"{name} = {t.name}.{name}")
+            where = ""
+            if r.random() < 0.3:
+                name = r.choice(others)[0]
+                where = f" WHERE excluded.{name} IS {'NOT ' if r.random() < 0.5 else ''}NULL"
+            clause = f"ON CONFLICT (c0) DO UPDATE SET {', '.join(sets)}{where}"
+        else:
+            return stmt
+        return Stmt(f"{stmt.sql} {clause}", kind="dml", table=t.name, tags=stmt.tags + ["upsert"])
+
     def returning(self, t, stmt):
         """`stmt` (an INSERT) with a RETURNING clause one time in three, whose rows are
         compared too. Decided by a generator of its own, seeded by the statement, so the
@@ -448,7 +495,8 @@ class Gen:
             items = f"{name}, {t.cols[0][0]} IS NULL AS n0"
             if ty in ("int", "bigint"):
                 items += f", {name} + 1 AS plus"
-        return Stmt(f"{stmt.sql} RETURNING {items}", kind="dml", table=t.name, tags=["returning"])
+        return Stmt(f"{stmt.sql} RETURNING {items}", kind="dml", table=t.name,
+                    tags=stmt.tags + ["returning"])
 
     def dml(self):
         r = self.r
@@ -456,13 +504,18 @@ class Gen:
         k = r.random()
         scope = [(t.name, t)]
         if k < 0.25:
-            return self.returning(t, self.insert_values(t))
+            return self.returning(t, self.on_conflict(t, self.insert_values(t)))
         if k < 0.35:
-            return self.returning(t, Stmt(f"INSERT INTO {t.name} SELECT * FROM {t.name} WHERE {self.pred(scope)}",
-                                          kind="dml", table=t.name))
+            return self.returning(t, self.on_conflict(t, Stmt(
+                f"INSERT INTO {t.name} SELECT * FROM {t.name} WHERE {self.pred(scope)}", kind="dml", table=t.name)))
         if k < 0.65:
             n = r.randint(1, min(2, len(t.cols)))
-            sets = ", ".join(f"{c} = {self.new_value(t, c, ty, nn)}" for c, ty, nn in r.sample(t.cols, n))
+            pairs = [(c, self.new_value(t, c, ty, nn)) for c, ty, nn in r.sample(t.cols, n)]
+            if t.key:
+                # Not the key: PostgreSQL checks a unique key row by row, so `SET c0 = c0 + 1`
+                # fails there or not by the rows' physical order; tierdb moves all keys at once.
+                pairs = [p for p in pairs if p[0] != "c0"] or [(t.cols[1][0], t.cols[1][0])]
+            sets = ", ".join(f"{c} = {v}" for c, v in pairs)
             if r.random() < 0.15:
                 u = r.choice(self.tables)
                 uty = u.cols[0][1]

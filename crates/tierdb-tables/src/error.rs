@@ -241,6 +241,13 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             {
                 code
             }
+            // A value too large for an integer column (`SET n = 3000000000`): PostgreSQL's
+            // "integer out of range".
+            datafusion::arrow::error::ArrowError::CastError(m)
+                if m.starts_with("Can't cast value") && m.contains("to type Int") =>
+            {
+                "22003"
+            }
             _ => match datafusion_kind(e) {
                 ErrorKind::Data => "XX001",
                 ErrorKind::Retry => "58030",

@@ -169,25 +169,52 @@ async fn other_entry(
     prefix: &Bytes,
     key: &Bytes,
 ) -> Result<bool> {
+    Ok(entries(tables, writes, prefix)
+        .await?
+        .iter()
+        .any(|k| k != key))
+}
+
+/// The keys of the rows with an entry under `prefix`, as this transaction sees them: its
+/// own entries over the committed ones.
+async fn entries(
+    tables: &Tables,
+    writes: &parking_lot::Mutex<RowWrites>,
+    prefix: &Bytes,
+) -> Result<Vec<Bytes>> {
     let end =
         tierdb_kv::prefix_end(prefix).map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
     let range = (std::ops::Bound::Included(prefix.clone()), end);
     let mine: BTreeMap<Bytes, Option<Bytes>> =
         writes.lock().range(range.clone()).into_iter().collect();
-    for (_, v) in mine.iter() {
-        if v.as_ref().is_some_and(|v| v != key) {
-            return Ok(true);
-        }
-    }
+    let mut out: Vec<Bytes> = mine.values().flatten().cloned().collect();
     for (k, v) in tables.reader.scan(range, None).await? {
-        if mine.contains_key(&k) {
-            continue; // this transaction changed it
-        }
-        if v != *key {
-            return Ok(true);
+        if !mine.contains_key(&k) {
+            out.push(v); // not changed by this transaction
         }
     }
-    Ok(false)
+    Ok(out)
+}
+
+/// The key of the row whose entry in the unique `index` has `values` (none when one is
+/// NULL), found under the value's lock (invariant 3), which stays held: what
+/// `INSERT … ON CONFLICT` checks before it inserts (`upsert.rs`).
+pub(crate) async fn owner(
+    tables: &Tables,
+    def: &TableDef,
+    writes: &parking_lot::Mutex<RowWrites>,
+    index: &IndexDef,
+    values: &[ScalarValue],
+) -> Result<Option<Bytes>> {
+    let (prefix, has_null) = value_prefix(def, index, values)?;
+    if has_null {
+        return Ok(None);
+    }
+    let prefix = Bytes::from(prefix);
+    let id = writes.lock().id();
+    tables.row_state().lock(id, &prefix, &def.name).await?;
+    writes.lock().note_locked(&prefix);
+    Ok(entries(tables, writes, &prefix).await?.into_iter().next())
 }
 
 /// Fails with 40001 if an index of a table `writes` wrote was created or dropped since

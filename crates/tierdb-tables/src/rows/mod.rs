@@ -20,6 +20,7 @@
 //! - [`fastdml`]: the short path of single-row UPDATE, DELETE and INSERT … VALUES.
 //! - [`convert`]: ALTER TABLE … ADD PRIMARY KEY: a columnar table becomes a row table.
 //! - [`sequence`]: sequences (SERIAL, nextval), reserved in durable blocks.
+//! - [`upsert`]: `INSERT … ON CONFLICT`: arbiters, skipped and updated rows.
 //!
 //! Invariants:
 //!
@@ -43,6 +44,7 @@ pub(crate) mod locks;
 pub(crate) mod provider;
 pub mod sequence;
 pub(crate) mod txn;
+pub(crate) mod upsert;
 
 use std::ops::Bound;
 use std::sync::Arc;

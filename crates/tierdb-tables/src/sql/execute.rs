@@ -96,6 +96,9 @@ impl SqlSession {
         if let Some(outcome) = Box::pin(self.explain_dml(&stmt)).await? {
             return Ok(outcome);
         }
+        if let Some(clause) = super::upsert::take(&mut stmt)? {
+            return self.upsert(&stmt, plan, clause).await;
+        }
         if let Some(returning) = super::returning::take(&mut stmt) {
             let insert = self.insert_plan(&stmt).await?;
             let plan = match plan {

@@ -39,6 +39,7 @@ mod serial;
 mod session;
 mod temp;
 mod temp_stmt;
+mod upsert;
 
 use session::Abort;
 pub(crate) use session::analyzed;

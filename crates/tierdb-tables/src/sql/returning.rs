@@ -21,7 +21,8 @@
 //! 4. The items see the row's columns only: a subquery in RETURNING is refused when it is
 //!    planned ("table not found"), not answered wrongly.
 //!
-//! UPDATE and DELETE … RETURNING are refused (`dml/target.rs`).
+//! UPDATE and DELETE … RETURNING are refused (`dml/target.rs`); INSERT … ON CONFLICT …
+//! RETURNING is `upsert.rs`'s, over the rows inserted and updated.
 
 use std::sync::Arc;
 
@@ -174,7 +175,7 @@ impl SqlSession {
         let LogicalPlan::Dml(dml) = insert else {
             return Err(not_returning());
         };
-        let (projection, alias) = parts(&plan).ok_or_else(not_returning)?;
+        let (_, alias) = parts(&plan).ok_or_else(not_returning)?;
         let ctx = self.local_ctx();
         let source = ctx
             .execute_logical_plan(alias.input.as_ref().clone())
@@ -200,38 +201,58 @@ impl SqlSession {
             Some(b) => b.schema(),
             None => Arc::new(alias.input.schema().as_arrow().clone()),
         };
-        let rows = Arc::new(MemTable::try_new(schema, vec![batches])?);
-        let scan = |name: &str| {
-            LogicalPlanBuilder::scan(
-                TableReference::bare(name),
-                provider_as_source(rows.clone()),
-                None,
-            )?
-            .build()
-        };
+        let rows = Arc::new(MemTable::try_new(schema.clone(), vec![batches.clone()])?);
+        let scan = LogicalPlanBuilder::scan(
+            TableReference::bare("inserted"),
+            provider_as_source(rows),
+            None,
+        )?
+        .build()?;
         let dml = DmlStatement::new(
             dml.table_name.clone(),
             dml.target.clone(),
             dml.op.clone(),
-            Arc::new(scan("inserted")?),
+            Arc::new(scan),
         );
         // The items first: one that fails (an overflow) fails the statement before
         // anything is inserted, as PostgreSQL's INSERT fails as a whole.
-        let inserted = LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
-            Arc::new(scan("inserted")?),
-            alias.alias.clone(),
-        )?);
-        let returned = LogicalPlan::Projection(Projection::try_new(
-            projection.expr.clone(),
-            Arc::new(inserted),
-        )?);
-        let schema = returned.schema().clone();
-        let df = ctx.execute_logical_plan(returned).await?;
-        let rows = crate::interrupt::off_task(df.collect()).await?;
+        let (schema, rows) = self.returned(&plan, schema, batches).await?;
         self.run_insert(LogicalPlan::Dml(dml)).await?;
         Ok(Outcome::Rows(Rows {
             source: Source::Ready(schema, rows),
             abort: self.abort.clone(),
         }))
+    }
+
+    /// The RETURNING items of `plan` (a RETURNING plan) computed over `rows` (the rows as
+    /// the table stores them, of `schema`): the result's columns and rows.
+    pub(super) async fn returned(
+        &self,
+        plan: &LogicalPlan,
+        schema: datafusion::arrow::datatypes::SchemaRef,
+        rows: Vec<datafusion::arrow::array::RecordBatch>,
+    ) -> Result<(
+        datafusion::common::DFSchemaRef,
+        Vec<datafusion::arrow::array::RecordBatch>,
+    )> {
+        let (projection, alias) = parts(plan).ok_or_else(not_returning)?;
+        let rows = Arc::new(MemTable::try_new(schema, vec![rows])?);
+        let scan = LogicalPlanBuilder::scan(
+            TableReference::bare("returned"),
+            provider_as_source(rows),
+            None,
+        )?
+        .build()?;
+        let rows = LogicalPlan::SubqueryAlias(SubqueryAlias::try_new(
+            Arc::new(scan),
+            alias.alias.clone(),
+        )?);
+        let returned = LogicalPlan::Projection(Projection::try_new(
+            projection.expr.clone(),
+            Arc::new(rows),
+        )?);
+        let schema = returned.schema().clone();
+        let df = self.local_ctx().execute_logical_plan(returned).await?;
+        Ok((schema, crate::interrupt::off_task(df.collect()).await?))
     }
 }

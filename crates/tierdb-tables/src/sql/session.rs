@@ -569,6 +569,9 @@ impl SqlSession {
         self.schema.refresh().await?;
         let mut stmt = stmt.clone();
         crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
+        if let Some(clause) = super::upsert::take(&mut stmt)? {
+            return Ok(Some(self.upsert_plan(&stmt, &clause).await?));
+        }
         if let Some(returning) = super::returning::take(&mut stmt) {
             let insert = self.insert_plan(&stmt).await?;
             return Ok(Some(self.returning_plan(insert, &returning)?));
