@@ -270,7 +270,13 @@ impl ConnState {
         }
         let names = crate::colnames::for_client(&stmt);
         // INSERT … RETURNING answers rows, tagged as the INSERT it is ("INSERT 0 n").
-        let inserts = matches!(stmt, Statement::Insert(_));
+        // UPDATE/DELETE … RETURNING likewise ("UPDATE n", "DELETE n").
+        let tag = match &stmt {
+            Statement::Insert(_) => Some("INSERT 0"),
+            Statement::Update(_) => Some("UPDATE"),
+            Statement::Delete(_) => Some("DELETE"),
+            _ => None,
+        };
         // The session aborts its transaction when the statement fails or is dropped (a
         // stop drops it).
         let mut stop = self.stop(client, &session);
@@ -315,8 +321,8 @@ impl ConnState {
                 let rows = encode_rows(fields.clone(), stream, session.time_zone());
                 let rows = stop.guard_stream(rows);
                 let mut response = QueryResponse::new(fields, rows);
-                if inserts {
-                    response.set_command_tag("INSERT 0");
+                if let Some(tag) = tag {
+                    response.set_command_tag(tag);
                 }
                 Ok(Response::Query(response))
             }

@@ -136,8 +136,12 @@ impl QueryParser for ConnState {
         // UPDATE and DELETE are planned as the query that names their rows (tierdb-tables'
         // `dml`), but answer with a command tag and no rows (NoData).
         // An INSERT … ON CONFLICT is planned as one node whose schema is the INSERT's count.
-        let changes_rows = matches!(stmt.stmt, Statement::Update(_) | Statement::Delete(_))
-            || matches!(&stmt.stmt, Statement::Insert(i) if i.returning.is_none());
+        let changes_rows = match &stmt.stmt {
+            Statement::Update(u) => u.returning.is_none(),
+            Statement::Delete(d) => d.returning.is_none(),
+            Statement::Insert(i) => i.returning.is_none(),
+            _ => false,
+        };
         match (&stmt.plan, &stmt.schema) {
             (Some(plan), Some(schema))
                 if !changes_rows && !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_)) =>

@@ -98,9 +98,16 @@ pub(crate) async fn plan(
     {
         plan = crate::rows::fastdml::shorten(plan, &def, &equalities)?;
     }
+    if target.returning && !def.is_row_table() {
+        return Err(TableError::Unsupported(format!(
+            "{} … RETURNING on a columnar table is not supported: it is supported on row \
+             tables (tables with a PRIMARY KEY)",
+            verb(stmt)
+        )));
+    }
     match target.kind {
-        DmlKind::Delete => Ok(plan),
-        DmlKind::Update => typed(plan, &def, ids.len()),
+        DmlKind::Delete if !target.returning => Ok(plan),
+        _ => typed(plan, &def, ids.len()),
     }
 }
 
@@ -155,15 +162,12 @@ pub(crate) async fn execute(
         Some(t) => t.kind,
         None => return Err(TableError::Schema("not an UPDATE or DELETE".into())),
     };
-    if let Some(def) = crate::rows::fastdml::target(&plan) {
-        let def = def.clone();
-        return crate::rows::dml::execute(ctx, tables, &def, kind == DmlKind::Update, plan).await;
+    if let Some(def) = row_target(&plan)? {
+        let update = kind == DmlKind::Update;
+        let (n, _) = crate::rows::dml::execute(ctx, tables, &def, update, false, plan).await?;
+        return Ok(n);
     }
     let provider = rowid_provider(&plan)?;
-    if let Some(rows) = provider.downcast_ref::<crate::rows::provider::RowTable>() {
-        let def = rows.def().clone();
-        return crate::rows::dml::execute(ctx, tables, &def, kind == DmlKind::Update, plan).await;
-    }
     let view = provider
         .downcast_ref::<RowIdTable>()
         .ok_or_else(|| TableError::Schema("the DML query lost its target".into()))?;
@@ -240,6 +244,43 @@ pub(crate) async fn execute(
         }
     }
     Ok(named.count)
+}
+
+/// The row table `plan` (an UPDATE's or DELETE's query) changes, if it is one.
+fn row_target(plan: &LogicalPlan) -> Result<Option<TableDef>> {
+    if let Some(def) = crate::rows::fastdml::target(plan) {
+        return Ok(Some(def.clone()));
+    }
+    let provider = rowid_provider(plan)?;
+    Ok(provider
+        .downcast_ref::<crate::rows::provider::RowTable>()
+        .map(|rows| rows.def().clone()))
+}
+
+/// [`execute`] of an UPDATE or DELETE … RETURNING (of a row table: [`plan`] refuses the
+/// others): how many rows it changed, and those rows (the table's columns, stored form):
+/// UPDATE's new values, DELETE's rows as they were.
+pub(crate) async fn execute_returning(
+    ctx: &SessionContext,
+    tables: &Arc<Tables>,
+    stmt: &DfStatement,
+    plan: LogicalPlan,
+) -> Result<(u64, RecordBatch)> {
+    if tables.is_read_only() {
+        return Err(TableError::ReadOnly {
+            db: tables.name().to_string(),
+        });
+    }
+    let update = match DmlTarget::parse(stmt)? {
+        Some(t) => t.kind == DmlKind::Update,
+        None => return Err(TableError::Schema("not an UPDATE or DELETE".into())),
+    };
+    let def = row_target(&plan)?.ok_or_else(|| {
+        TableError::Unsupported("RETURNING is supported on row tables only".into())
+    })?;
+    let (n, rows) = crate::rows::dml::execute(ctx, tables, &def, update, true, plan).await?;
+    let rows = rows.unwrap_or_else(|| RecordBatch::new_empty(def.schema()));
+    Ok((n, rows))
 }
 
 /// The row-id view the query reads (the one scan of the reserved name).

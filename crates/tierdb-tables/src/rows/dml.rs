@@ -32,21 +32,25 @@ use crate::tables::Tables;
 /// How often a statement runs its query again because rows it read were changed meanwhile.
 const MAX_RUNS: usize = 10;
 
-/// A row the statement changes: its key, and (UPDATE) its new values.
+/// A row the statement changes: its key, and (UPDATE) its new values or (DELETE …
+/// RETURNING) its values as read.
 struct Named {
     key: Bytes,
     new: Option<(RecordBatch, usize)>,
 }
 
-/// Runs an UPDATE (`update`) or DELETE whose query is `plan` (the key, then for UPDATE
-/// every column's new value). Returns how many rows it changed.
+/// Runs an UPDATE (`update`) or DELETE whose query is `plan` (the key, then for UPDATE,
+/// or with `returning`, every column's value: new for UPDATE, as read for DELETE).
+/// Returns how many rows it changed, and with `returning` those values of the rows changed
+/// (stored form), in the order the query named them.
 pub(crate) async fn execute(
     ctx: &SessionContext,
     tables: &Arc<Tables>,
     def: &TableDef,
     update: bool,
+    returning: bool,
     plan: LogicalPlan,
-) -> Result<u64> {
+) -> Result<(u64, Option<RecordBatch>)> {
     let state = tables.row_state().clone();
     let tx = crate::txn::current(ctx.state().config());
     let local = parking_lot::Mutex::new(RowWrites::new(&state));
@@ -78,7 +82,7 @@ pub(crate) async fn execute(
                         .await?
                 }
             };
-        let named = collect(stream, def, update).await?;
+        let named = collect(stream, def, update || returning).await?;
         for n in &named {
             state.lock(id, &n.key, &def.name).await?;
             writes.lock().note_locked(&n.key);
@@ -108,19 +112,38 @@ pub(crate) async fn execute(
         }
     };
     let count = named.len() as u64;
-    apply(tables, def, named, writes).await?;
+    let rows = if returning {
+        Some(returned_rows(def, &named)?)
+    } else {
+        None
+    };
+    apply(tables, def, named, update, writes).await?;
     if tx.is_none() {
         let mut w = local.into_inner();
         super::commit(tables, &mut w).await?;
     }
-    Ok(count)
+    Ok((count, rows))
+}
+
+/// The values the named rows carry (RETURNING's rows), as one batch.
+fn returned_rows(def: &TableDef, named: &[Named]) -> Result<RecordBatch> {
+    let schema = def.schema();
+    let mut batches: Vec<RecordBatch> = Vec::new();
+    for n in named {
+        if let Some((b, row)) = &n.new {
+            batches.push(b.slice(*row, 1));
+        }
+    }
+    Ok(datafusion::arrow::compute::concat_batches(
+        &schema, &batches,
+    )?)
 }
 
 /// The rows the query names, each once (the first time it is named, as PostgreSQL).
 async fn collect(
     mut stream: SendableRecordBatchStream,
     def: &TableDef,
-    update: bool,
+    with_values: bool,
 ) -> Result<Vec<Named>> {
     let schema = def.schema();
     let mut seen = HashSet::new();
@@ -132,7 +155,7 @@ async fn collect(
             .as_any()
             .downcast_ref::<BinaryArray>()
             .ok_or_else(|| TableError::Schema("the DML query lost its row keys".into()))?;
-        let values = if update {
+        let values = if with_values {
             let v = batch.project(&(1..batch.num_columns()).collect::<Vec<_>>())?;
             let v = crate::dml::conform_nullable(v, def)?;
             check_not_null(def, &v)?;
@@ -167,6 +190,7 @@ async fn apply(
     tables: &Tables,
     def: &TableDef,
     named: Vec<Named>,
+    update: bool,
     writes: &parking_lot::Mutex<RowWrites>,
 ) -> Result<()> {
     let key_cols = key_columns(def)?;
@@ -187,7 +211,7 @@ async fn apply(
     let mut puts = Vec::new();
     for n in named {
         let old = old_values(n.key.clone()).await?;
-        let Some((batch, row)) = n.new else {
+        let Some((batch, row)) = n.new.filter(|_| update) else {
             index::write_row(tables, def, writes, &n.key, old.as_deref(), None).await?;
             continue;
         };

@@ -13,9 +13,12 @@
 //!    from a unique index that is not an arbiter).
 //! 3. `DO NOTHING` skips a conflicting row and keeps no lock for it; a row the same
 //!    statement inserted before counts as a conflict too.
-//! 4. `DO UPDATE` locks the existing row; a row the statement already inserted or is
-//!    updating fails the statement with 21000 ("cannot affect row a second time"), so the
-//!    outcome never depends on the order the updates are applied in.
+//! 4. `DO UPDATE` locks the existing row. A row the same statement inserted fails it with
+//!    21000 ("cannot affect row a second time"); so does a row it updated, when a later
+//!    proposed row meets it again. A conflict whose `WHERE` did not hold changed nothing,
+//!    so a later one may still update the row (PostgreSQL's rule: only a row version this
+//!    command made is "affected"). Every conflict sees the row as it was before the
+//!    statement, as PostgreSQL's do, since none may run after an applied one.
 //! 5. Nothing of a failed statement is committed: the writes go to the transaction's
 //!    [`RowWrites`] (a failure aborts it) or to the caller's, committed at its end.
 
@@ -129,7 +132,7 @@ pub(crate) async fn insert(
         w.attach(tables.row_state());
     }
     let mut out = Outcome::default();
-    // Rule 4: the rows this statement inserted or will update.
+    // Rule 4: the rows this statement inserted.
     let mut touched: HashSet<Bytes> = HashSet::new();
     for row in 0..batch.num_rows() {
         let values = values_of(batch, row)?;
@@ -152,13 +155,7 @@ pub(crate) async fn insert(
             continue;
         }
         if touched.contains(&owner) {
-            return Err(TableError::Column {
-                code: "21000",
-                message: "ON CONFLICT DO UPDATE command cannot affect row a second time \
-                          (HINT: Ensure that no rows proposed for insertion within the same \
-                          command have duplicate constrained values.)"
-                    .into(),
-            });
+            return Err(affected_twice());
         }
         let state = tables.row_state();
         let tx = writes.lock().id();
@@ -171,7 +168,6 @@ pub(crate) async fn insert(
             out.inserted.push(row);
             continue;
         };
-        touched.insert(owner.clone());
         out.conflicts.push(Conflict {
             proposed: row,
             old: format::decode_row(def, &owner, &stored)?,
@@ -194,10 +190,15 @@ pub(crate) async fn update(
 ) -> Result<Vec<usize>> {
     let key_cols = key_columns(def)?;
     let mut updated = Vec::new();
+    let mut applied: HashSet<&Bytes> = HashSet::new();
     for (i, c) in conflicts.iter().enumerate() {
+        if applied.contains(&c.key) {
+            return Err(affected_twice()); // rule 4: this command made the row's version
+        }
         if !chosen.is_valid(i) || !chosen.value(i) {
             continue;
         }
+        applied.insert(&c.key);
         let values = values_of(new, i)?;
         let value = Bytes::from(format::encode_row(def, new, i)?);
         let key = row_key(def, &key_cols, &values)?;
@@ -226,4 +227,15 @@ pub(crate) async fn update(
         updated.push(i);
     }
     Ok(updated)
+}
+
+/// 21000, as PostgreSQL words it.
+fn affected_twice() -> TableError {
+    TableError::Column {
+        code: "21000",
+        message: "ON CONFLICT DO UPDATE command cannot affect row a second time (HINT: Ensure \
+                  that no rows proposed for insertion within the same command have duplicate \
+                  constrained values.)"
+            .into(),
+    }
 }

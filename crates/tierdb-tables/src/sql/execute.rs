@@ -122,6 +122,16 @@ impl SqlSession {
                     .await?
                 }
             };
+            let plan = match super::returning::of_dml(&stmt) {
+                Some(r) if super::returning::with_returning(&plan).is_none() => {
+                    let table = crate::dml::target_table(&stmt).unwrap_or_default();
+                    self.dml_returning_plan(plan, &table, &r).await?
+                }
+                _ => plan,
+            };
+            if let Some(w) = super::returning::with_returning(&plan) {
+                return self.dml_returning(&stmt, w).await;
+            }
             let n = crate::dml::execute(&self.local_ctx(), &self.tables, &stmt, plan).await?;
             return Ok(Outcome::Command(format!("{} {n}", crate::dml::verb(&stmt))));
         }

@@ -21,19 +21,27 @@
 //! 4. The items see the row's columns only: a subquery in RETURNING is refused when it is
 //!    planned ("table not found"), not answered wrongly.
 //!
-//! UPDATE and DELETE … RETURNING are refused (`dml/target.rs`); INSERT … ON CONFLICT …
-//! RETURNING is `upsert.rs`'s, over the rows inserted and updated.
+//! 5. **UPDATE and DELETE … RETURNING** (row tables; a columnar table refuses with
+//!    0A000): the query that names the rows (`dml/`) carries every column's value, new for
+//!    UPDATE, as read for DELETE (under READ COMMITTED, as read after the row was locked),
+//!    and the items are projected over the rows changed ([`WithReturning`] holds both
+//!    plans for Parse and Bind). Outside a transaction the statement runs in one of its
+//!    own, so a failing item changes nothing.
+//!
+//! INSERT … ON CONFLICT … RETURNING is `upsert.rs`'s, over the rows inserted and updated.
 
 use std::sync::Arc;
 
 use datafusion::common::{Column, TableReference};
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::logical_expr::dml::DmlStatement;
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Projection, SubqueryAlias};
+use datafusion::logical_expr::{
+    Expr, LogicalPlan, LogicalPlanBuilder, Projection, SubqueryAlias, UserDefinedLogicalNodeCore,
+};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
-    ExprWithAlias, SelectItem, SelectItemQualifiedWildcardKind, Statement as SqlStatement,
-    TableObject,
+    ExprWithAlias, FromTable, SelectItem, SelectItemQualifiedWildcardKind,
+    Statement as SqlStatement, TableFactor, TableObject,
 };
 
 use super::session::{Outcome, Rows, Source};
@@ -75,6 +83,87 @@ pub(super) fn take(stmt: &mut DfStatement) -> Option<Returning> {
         (None, _) => String::new(),
     };
     Some(Returning { items, alias })
+}
+
+/// The RETURNING clause of an UPDATE or DELETE (left in the statement: `dml/target.rs`
+/// reads it to carry every column's value in the query that names the rows).
+pub(super) fn of_dml(stmt: &DfStatement) -> Option<Returning> {
+    let DfStatement::Statement(s) = stmt else {
+        return None;
+    };
+    let (items, relation) = match s.as_ref() {
+        SqlStatement::Update(u) => (u.returning.clone()?, &u.table.relation),
+        SqlStatement::Delete(d) => {
+            let from = match &d.from {
+                FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
+            };
+            (d.returning.clone()?, &from.first()?.relation)
+        }
+        _ => return None,
+    };
+    let TableFactor::Table { name, alias, .. } = relation else {
+        return None;
+    };
+    let alias = match alias {
+        Some(a) => ident_name(&a.name),
+        None => name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(ident_name)
+            .unwrap_or_default(),
+    };
+    Some(Returning { items, alias })
+}
+
+/// An UPDATE's or DELETE's query with its RETURNING projection (over an empty relation of
+/// the table's columns), as one plan: Parse describes the returned columns, Bind binds
+/// the parameters of both.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
+pub(super) struct WithReturning {
+    pub(super) query: LogicalPlan,
+    pub(super) returning: LogicalPlan,
+}
+
+impl UserDefinedLogicalNodeCore for WithReturning {
+    fn name(&self) -> &str {
+        "WithReturning"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        vec![&self.query, &self.returning]
+    }
+
+    fn schema(&self) -> &datafusion::common::DFSchemaRef {
+        self.returning.schema()
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        Vec::new()
+    }
+
+    fn fmt_for_explain(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "WithReturning")
+    }
+
+    fn with_exprs_and_inputs(
+        &self,
+        _exprs: Vec<Expr>,
+        inputs: Vec<LogicalPlan>,
+    ) -> datafusion::error::Result<Self> {
+        let [query, returning]: [LogicalPlan; 2] = inputs.try_into().map_err(|_| {
+            datafusion::error::DataFusionError::Internal("WithReturning: two inputs".into())
+        })?;
+        Ok(WithReturning { query, returning })
+    }
+}
+
+/// `plan` as a [`WithReturning`], if it is one.
+pub(super) fn with_returning(plan: &LogicalPlan) -> Option<&WithReturning> {
+    match plan {
+        LogicalPlan::Extension(e) => e.node.as_any().downcast_ref::<WithReturning>(),
+        _ => None,
+    }
 }
 
 /// The parts of a RETURNING plan: its items, the alias, and the INSERT's source.
@@ -120,7 +209,17 @@ impl SqlSession {
                 "RETURNING is supported on INSERT into a table only".into(),
             ));
         };
-        let source = LogicalPlanBuilder::from(input.as_ref().clone())
+        self.returning_over(input.as_ref().clone(), returning)
+    }
+
+    /// The RETURNING projection over `source` (rows with the table's columns), called by
+    /// the table's alias.
+    pub(super) fn returning_over(
+        &self,
+        source: LogicalPlan,
+        returning: &Returning,
+    ) -> Result<LogicalPlan> {
+        let source = LogicalPlanBuilder::from(source)
             .alias(returning.alias.as_str())?
             .build()?;
         let schema = source.schema().clone();
@@ -254,5 +353,66 @@ impl SqlSession {
         let schema = returned.schema().clone();
         let df = self.local_ctx().execute_logical_plan(returned).await?;
         Ok((schema, crate::interrupt::off_task(df.collect()).await?))
+    }
+
+    /// The plan of an UPDATE or DELETE … RETURNING of the table `table`: its query
+    /// (`dml::plan`) and the RETURNING projection over the table's columns.
+    pub(super) async fn dml_returning_plan(
+        &self,
+        query: LogicalPlan,
+        table: &str,
+        returning: &Returning,
+    ) -> Result<LogicalPlan> {
+        let def = self.tables.require(table).await?;
+        let schema = datafusion::common::DFSchema::try_from(def.schema().as_ref().clone())?;
+        let empty = LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
+            produce_one_row: false,
+            schema: Arc::new(schema),
+        });
+        let returning = self.returning_over(empty, returning)?;
+        Ok(LogicalPlan::Extension(
+            datafusion::logical_expr::Extension {
+                node: Arc::new(WithReturning { query, returning }),
+            },
+        ))
+    }
+
+    /// Runs an UPDATE or DELETE … RETURNING whose plan is `plan` ([`WithReturning`],
+    /// parameters bound). Outside a transaction it runs in one of its own, so an item that
+    /// fails (an overflow) leaves nothing changed, as PostgreSQL's statement fails whole.
+    pub(super) async fn dml_returning(
+        &self,
+        stmt: &DfStatement,
+        plan: &WithReturning,
+    ) -> Result<Outcome> {
+        let implicit = !self.in_transaction();
+        if implicit {
+            self.begin();
+        }
+        let run = async {
+            let (_, rows) = crate::dml::execute_returning(
+                &self.local_ctx(),
+                &self.tables,
+                stmt,
+                plan.query.clone(),
+            )
+            .await?;
+            self.returned(&plan.returning, rows.schema(), vec![rows])
+                .await
+        };
+        let result = run.await;
+        if implicit {
+            match &result {
+                Ok(_) => {
+                    self.commit().await?;
+                }
+                Err(_) => self.rollback().await,
+            }
+        }
+        let (schema, rows) = result?;
+        Ok(Outcome::Rows(Rows {
+            source: Source::Ready(schema, rows),
+            abort: self.abort.clone(),
+        }))
     }
 }

@@ -599,7 +599,12 @@ impl SqlSession {
                 super::temp::check_dml(s)?;
                 return Ok(Some(state.statement_to_plan(stmt.clone()).await?));
             }
-            return Ok(Some(crate::dml::plan(&state, &self.tables, stmt).await?));
+            let plan = crate::dml::plan(&state, &self.tables, stmt).await?;
+            if let Some(r) = super::returning::of_dml(stmt) {
+                let table = crate::dml::target_table(stmt).unwrap_or_default();
+                return Ok(Some(self.dml_returning_plan(plan, &table, &r).await?));
+            }
+            return Ok(Some(plan));
         }
         crate::guard::check(stmt)?;
         let plan = super::colnames::statement_to_plan(&state, stmt.clone()).await?;
