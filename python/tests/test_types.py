@@ -304,6 +304,13 @@ JSON_QUERIES = [
     "SELECT '[1, 2, [1, 3]]'::jsonb @> '[1, 3]', '[1, 2, [1, 3]]'::jsonb @> '[[1, 3]]', "
     "'[\"foo\", \"bar\"]'::jsonb @> '\"foo\"', '{\"a\": 1}'::jsonb @> '{}', "
     "'[]'::jsonb @> '{}', '1.0'::jsonb @> '1'",
+    # ? (a top-level key, a string element of a top-level array, or the string itself),
+    # ?| and ?& (any or all of a text array; NULL elements ignored; NULL operands NULL).
+    "SELECT id, jb ? 'a', jb ? 'zz', jb ? 'k', jb ?| array['nope', 'n'], jb ?& array['a', 'n'], "
+    "jb ?& array['a', NULL], jb ?| array[]::text[], jb ?& array[]::text[] FROM ty ORDER BY id",
+    "SELECT '[\"a\",\"b\"]'::jsonb ? 'a', '\"a\"'::jsonb ? 'a', '1'::jsonb ? '1', "
+    "'[\"a\", [\"b\"]]'::jsonb ? 'b', '[\"x\"]'::jsonb ?& array['x'], NULL::jsonb ?| array['a'], "
+    "'{\"a\": 1}'::jsonb ?| NULL::text[]",
     # TIME: compared, ordered, shifted by an interval (wrapping at midnight), in text.
     "SELECT id, tm, tm < '12:00', tm + interval '90 minutes' FROM ty ORDER BY tm, id",
     "COPY_TEXT SELECT id, tm, tm - interval '10 hours' FROM ty ORDER BY id",

@@ -4,7 +4,9 @@
 //! |-----------|-----------------------------------------------|----------------------------|
 //! | `a -> k`  | the member (object key or array index) as JSON | `tierdb_json_get(a, k)`    |
 //! | `a ->> k` | the member as text (a string unquoted)         | `tierdb_json_get_text(a, k)` |
-//! | `a ? k`   | whether the object has key `k`                 | `tierdb_json_has_key(a, k)` |
+//! | `a ? k`   | whether `k` is a top-level key, or a string element of a top-level array (or the string itself) | `tierdb_json_has_key(a, k)` |
+//! | `a ?\| ks` | whether any of the text array `ks` is (NULLs ignored) | `tierdb_json_has_any(a, ks)` |
+//! | `a ?& ks` | whether all of them are                        | `tierdb_json_has_all(a, ks)` |
 //!
 //! A member is found by scanning the text, never by building the document: the result of
 //! `->` is the member's own text (as written for JSON; for JSONB, whose stored text is
@@ -67,6 +69,8 @@ impl ExprPlanner for JsonOperators {
             BinaryOperator::Arrow => Op::Get,
             BinaryOperator::LongArrow => Op::GetText,
             BinaryOperator::Question => Op::HasKey,
+            BinaryOperator::QuestionPipe => Op::HasAny,
+            BinaryOperator::QuestionAnd => Op::HasAll,
             BinaryOperator::HashArrow => return path(PathOp::Path, vec![expr.left, expr.right]),
             BinaryOperator::HashLongArrow => {
                 return path(PathOp::PathText, vec![expr.left, expr.right]);
@@ -90,7 +94,7 @@ impl ExprPlanner for JsonOperators {
 
 /// The functions, callable by name too.
 pub fn functions() -> Vec<ScalarUDF> {
-    [Op::Get, Op::GetText, Op::HasKey]
+    [Op::Get, Op::GetText, Op::HasKey, Op::HasAny, Op::HasAll]
         .into_iter()
         .map(|op| ScalarUDF::new_from_impl(JsonFn::new(op)))
         .collect()
@@ -101,6 +105,8 @@ enum Op {
     Get,
     GetText,
     HasKey,
+    HasAny,
+    HasAll,
 }
 
 /// What selects a member.
@@ -131,6 +137,8 @@ impl ScalarUDFImpl for JsonFn {
             Op::Get => "tierdb_json_get",
             Op::GetText => "tierdb_json_get_text",
             Op::HasKey => "tierdb_json_has_key",
+            Op::HasAny => "tierdb_json_has_any",
+            Op::HasAll => "tierdb_json_has_all",
         }
     }
     fn signature(&self) -> &Signature {
@@ -142,16 +150,16 @@ impl ScalarUDFImpl for JsonFn {
         let [_, key] = args else {
             return datafusion::common::plan_err!("{} takes a JSON value and a key", self.name());
         };
-        let key = if key.is_integer() && self.op != Op::HasKey {
-            DataType::Int64
-        } else {
-            DataType::Utf8
+        let key = match self.op {
+            Op::HasAny | Op::HasAll => DataType::new_list(DataType::Utf8, true),
+            Op::Get | Op::GetText if key.is_integer() => DataType::Int64,
+            _ => DataType::Utf8,
         };
         Ok(vec![DataType::Utf8, key])
     }
     fn return_type(&self, _: &[DataType]) -> Result<DataType> {
         Ok(match self.op {
-            Op::HasKey => DataType::Boolean,
+            Op::HasKey | Op::HasAny | Op::HasAll => DataType::Boolean,
             _ => DataType::Utf8,
         })
     }
@@ -210,12 +218,34 @@ impl ScalarUDFImpl for JsonFn {
                 let mut b = BooleanBuilder::with_capacity(n);
                 for i in 0..n {
                     match (docs.is_null(i), key(i)) {
-                        (false, Some(k @ Key::Name(_))) => {
-                            let found = member(docs.value(i), k).map_err(err)?;
-                            b.append_value(found.is_some())
+                        (false, Some(Key::Name(k))) => {
+                            b.append_value(exists(docs.value(i), k).map_err(err)?)
                         }
                         _ => b.append_null(),
                     }
+                }
+                Arc::new(b.finish())
+            }
+            Op::HasAny | Op::HasAll => {
+                let lists = keys.as_list::<i32>();
+                let mut b = BooleanBuilder::with_capacity(n);
+                for i in 0..n {
+                    if docs.is_null(i) || lists.is_null(i) {
+                        b.append_null();
+                        continue;
+                    }
+                    let names = lists.value(i);
+                    let names = datafusion::arrow::compute::cast(&names, &DataType::Utf8)?;
+                    let names = names.as_string::<i32>();
+                    let doc = docs.value(i);
+                    // NULL elements are ignored, as PostgreSQL ignores them.
+                    let mut found = names.iter().flatten().map(|k| exists(doc, k));
+                    let answer = if self.op == Op::HasAny {
+                        found.try_fold(false, |any, f| f.map(|f| any || f))
+                    } else {
+                        found.try_fold(true, |all, f| f.map(|f| all && f))
+                    };
+                    b.append_value(answer.map_err(err)?);
                 }
                 Arc::new(b.finish())
             }
@@ -233,6 +263,25 @@ impl ScalarUDFImpl for JsonFn {
         };
         Ok(ColumnarValue::Array(out))
     }
+}
+
+/// PostgreSQL's `doc ? key`: a top-level key of an object, a string element of a
+/// top-level array, or the string a scalar document is; `Err` when `doc` is not JSON.
+fn exists(doc: &str, key: &str) -> std::result::Result<bool, TableError> {
+    if doc.trim_start().starts_with('{') {
+        return Ok(member(doc, Key::Name(key))?.is_some());
+    }
+    let value: serde_json::Value = serde_json::from_str(doc).map_err(|_| TableError::Column {
+        code: "22P02",
+        message: format!("invalid input syntax for type json: \"{doc}\""),
+    })?;
+    Ok(match value {
+        serde_json::Value::Array(items) => items
+            .iter()
+            .any(|v| matches!(v, serde_json::Value::String(s) if s == key)),
+        serde_json::Value::String(s) => s == key,
+        _ => false,
+    })
 }
 
 /// Appends a member found (or NULL): as JSON, or as text as `->>` gives it.
@@ -409,6 +458,19 @@ mod tests {
 
     fn get(doc: &str, key: Key<'_>) -> Option<String> {
         member(doc, key).expect("json").map(str::to_string)
+    }
+
+    #[test]
+    fn exists_is_postgresql_question_mark() {
+        let e = |doc: &str, k: &str| exists(doc, k).expect("json");
+        assert!(e(r#"{"a": {"b": 1}}"#, "a"));
+        assert!(!e(r#"{"a": {"b": 1}}"#, "b")); // top level only
+        assert!(e(r#"["a", "b"]"#, "b"));
+        assert!(!e(r#"["a", ["b"]]"#, "b"));
+        assert!(e(r#""a""#, "a"));
+        assert!(!e("1", "1")); // a number is not a string
+        assert_eq!(exists("{oops", "a").err().map(|e| e.sqlstate()), Some("22P02"));
+        assert_eq!(exists("[oops", "a").err().map(|e| e.sqlstate()), Some("22P02"));
     }
 
     #[test]
