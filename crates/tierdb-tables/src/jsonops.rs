@@ -469,8 +469,14 @@ mod tests {
         assert!(!e(r#"["a", ["b"]]"#, "b"));
         assert!(e(r#""a""#, "a"));
         assert!(!e("1", "1")); // a number is not a string
-        assert_eq!(exists("{oops", "a").err().map(|e| e.sqlstate()), Some("22P02"));
-        assert_eq!(exists("[oops", "a").err().map(|e| e.sqlstate()), Some("22P02"));
+        assert_eq!(
+            exists("{oops", "a").err().map(|e| e.sqlstate()),
+            Some("22P02")
+        );
+        assert_eq!(
+            exists("[oops", "a").err().map(|e| e.sqlstate()),
+            Some("22P02")
+        );
     }
 
     #[test]
