@@ -40,7 +40,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
-    ExprWithAlias, FromTable, SelectItem, SelectItemQualifiedWildcardKind,
+    ExprWithAlias, FromTable, Ident, SelectItem, SelectItemQualifiedWildcardKind,
     Statement as SqlStatement, TableFactor, TableObject,
 };
 
@@ -72,8 +72,14 @@ pub(super) fn take(stmt: &mut DfStatement) -> Option<Returning> {
         insert.table_alias.clone()
     };
     let items = insert.returning.take()?;
-    let alias = match (&table_alias, &insert.table) {
-        (Some(a), _) => ident_name(&a.alias),
+    let alias = table_name_in(table_alias.as_ref().map(|a| &a.alias), &insert.table);
+    Some(Returning { items, alias })
+}
+
+/// What an INSERT's RETURNING and ON CONFLICT call its table: its alias, or its name.
+pub(super) fn table_name_in(alias: Option<&Ident>, table: &TableObject) -> String {
+    match (alias, table) {
+        (Some(a), _) => ident_name(a),
         (None, TableObject::TableName(name)) => name
             .0
             .last()
@@ -81,8 +87,7 @@ pub(super) fn take(stmt: &mut DfStatement) -> Option<Returning> {
             .map(ident_name)
             .unwrap_or_default(),
         (None, _) => String::new(),
-    };
-    Some(Returning { items, alias })
+    }
 }
 
 /// The RETURNING clause of an UPDATE or DELETE (left in the statement: `dml/target.rs`

@@ -40,7 +40,7 @@ use datafusion::logical_expr::{
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, ConflictTarget, DoUpdate, Expr as SqlExpr, ExprWithAlias, OnConflict,
-    OnConflictAction, OnInsert, Statement as SqlStatement, TableObject,
+    OnConflictAction, OnInsert, Statement as SqlStatement,
 };
 
 use super::returning::Returning;
@@ -90,16 +90,10 @@ pub(super) fn take(stmt: &mut DfStatement) -> Result<Option<Clause>> {
                 .into(),
         });
     }
-    let alias = match (&insert.table_alias, &insert.table) {
-        (Some(a), _) => ident_name(&a.alias),
-        (None, TableObject::TableName(name)) => name
-            .0
-            .last()
-            .and_then(|p| p.as_ident())
-            .map(ident_name)
-            .unwrap_or_default(),
-        (None, _) => String::new(),
-    };
+    let alias = super::returning::table_name_in(
+        insert.table_alias.as_ref().map(|a| &a.alias),
+        &insert.table,
+    );
     let returning = super::returning::take(stmt);
     if let DfStatement::Statement(s) = stmt
         && let SqlStatement::Insert(insert) = s.as_mut()
