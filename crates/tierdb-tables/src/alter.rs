@@ -326,3 +326,71 @@ async fn apply(
     }
     Ok(())
 }
+
+impl Tables {
+    /// Commits a rewrite of `before` (ALTER COLUMN … TYPE, `sql/alter_type.rs`): `after`
+    /// in its place, `written` (uploaded segments) in place of `segments`, and `rows` (the
+    /// row table's KV rows and entries), if the table and its segments are still `before`
+    /// and `segments`; else 40001, nothing committed, `written` deleted. When the commit's
+    /// outcome is unknown, `written` stays (the catalog may name it).
+    pub(crate) async fn commit_rewrite(
+        &self,
+        before: &TableDef,
+        after: &TableDef,
+        segments: &[catalog::SegmentMeta],
+        written: Vec<catalog::SegmentMeta>,
+        mut rows: CatalogBatch,
+    ) -> Result<()> {
+        let guard = self.commit_lock.lock().await;
+        let prepared = async {
+            let kv = self.kv_writer()?;
+            let now = self.table(&before.name).await?;
+            let current = match &now {
+                Some(def) => self.segments(def).await?,
+                None => Vec::new(),
+            };
+            let same = now.as_ref() == Some(before)
+                && current.len() == segments.len()
+                && current.iter().zip(segments).all(|(a, b)| a.path == b.path);
+            if !same {
+                return Err(TableError::Conflict(format!(
+                    "table {} changed while its rows were being rewritten in the new column \
+                     types; nothing was changed, retry",
+                    before.name
+                )));
+            }
+            Ok((kv, catalog::next_id(self.reader.as_ref()).await?))
+        }
+        .await;
+        let (kv, mut next) = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                drop(guard);
+                self.discard(&written).await;
+                return Err(e);
+            }
+        };
+        let at = tierdb_kv::lease::now_ms();
+        for s in segments {
+            rows.delete_segment(before.id, s.id);
+            rows.retire(s, at);
+        }
+        let mut kept = Vec::with_capacity(written.len());
+        for mut s in written {
+            s.id = next;
+            next += 1;
+            rows.put_segment(after.id, &s);
+            kept.push(s);
+        }
+        rows.set_next_id(next);
+        rows.put_table(after);
+        let committed = self.commit_catalog(kv, rows).await;
+        self.done_writing(&kept);
+        drop(guard);
+        committed?;
+        if !after.is_row_table() {
+            self.publish_delta(after, &kept).await;
+        }
+        Ok(())
+    }
+}

@@ -253,7 +253,7 @@ impl Tables {
     /// Appends the catalog's new state of `def` (its `segments`) to its Delta log. Called
     /// under the commit lock after the catalog commit; a failure is logged, not returned:
     /// the commit is durable, and the next commit of the table writes the difference.
-    async fn publish_delta(&self, def: &TableDef, segments: &[SegmentMeta]) {
+    pub(crate) async fn publish_delta(&self, def: &TableDef, segments: &[SegmentMeta]) {
         if let Err(e) = self
             .delta
             .publish(&self.tiered, &self.root, def, segments)
@@ -543,7 +543,7 @@ impl Tables {
         self.writing.lock().insert(path.to_string());
     }
 
-    fn done_writing(&self, segments: &[SegmentMeta]) {
+    pub(crate) fn done_writing(&self, segments: &[SegmentMeta]) {
         let mut w = self.writing.lock();
         for s in segments {
             w.remove(&s.path);

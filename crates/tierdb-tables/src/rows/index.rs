@@ -68,7 +68,7 @@ pub(crate) fn index_range(id: u64) -> (std::ops::Bound<Bytes>, std::ops::Bound<B
 
 /// The entry prefix of `values` in `index`: the key up to the row's primary key; `None`
 /// when a value is NULL (`has_null`).
-fn value_prefix(
+pub(crate) fn value_prefix(
     def: &TableDef,
     index: &IndexDef,
     values: &[ScalarValue],

@@ -19,6 +19,7 @@
 //! - [`fast`]: the short path of primary-key lookups (one KV read, no DataFusion plan).
 //! - [`fastdml`]: the short path of single-row UPDATE, DELETE and INSERT … VALUES.
 //! - [`convert`]: ALTER TABLE … ADD PRIMARY KEY: a columnar table becomes a row table.
+//! - [`retype`]: ALTER COLUMN … TYPE: the rows and index entries encoded again.
 //! - [`sequence`]: sequences (SERIAL, nextval), reserved in durable blocks.
 //! - [`upsert`]: `INSERT … ON CONFLICT`: arbiters, skipped and updated rows.
 //!
@@ -42,6 +43,7 @@ pub mod index;
 pub(crate) mod keys;
 pub(crate) mod locks;
 pub(crate) mod provider;
+pub(crate) mod retype;
 pub mod sequence;
 pub(crate) mod txn;
 pub(crate) mod upsert;

@@ -87,6 +87,34 @@ impl SqlSession {
             self.schema.refresh().await?;
             return Ok(());
         }
+        let retypes: Vec<super::alter_type::Retype> = at
+            .operations
+            .iter()
+            .filter_map(|op| match op {
+                Op::AlterColumn {
+                    column_name,
+                    op:
+                        ColumnOp::SetDataType {
+                            data_type, using, ..
+                        },
+                } => Some(super::alter_type::Retype {
+                    column: column_name,
+                    data_type,
+                    using: using.as_ref(),
+                }),
+                _ => None,
+            })
+            .collect();
+        if !retypes.is_empty() {
+            if retypes.len() != at.operations.len() {
+                return Err(TableError::Unsupported(
+                    "ALTER COLUMN … TYPE together with other changes in one ALTER TABLE is not \
+                     supported: run them as separate statements"
+                        .into(),
+                ));
+            }
+            return self.alter_column_types(&name, &retypes).await;
+        }
         let mut changes = Vec::new();
         for op in &at.operations {
             changes.push(match op {
@@ -146,7 +174,7 @@ impl SqlSession {
                     return Err(TableError::Unsupported(format!(
                         "ALTER TABLE … {other} is not supported: tierdb alters tables with \
                          RENAME TO, RENAME COLUMN, ADD COLUMN, DROP COLUMN and ALTER COLUMN \
-                         SET/DROP NOT NULL and SET/DROP DEFAULT"
+                         TYPE, SET/DROP NOT NULL and SET/DROP DEFAULT"
                     )));
                 }
             });
@@ -208,7 +236,7 @@ impl SqlSession {
     /// A column of ALTER TABLE … ADD COLUMN as the catalog keeps it: its type as
     /// DataFusion plans it (through a CREATE TABLE of that one column), its declared
     /// length, and NOT NULL.
-    async fn column_def(
+    pub(super) async fn column_def(
         &self,
         c: &datafusion::sql::sqlparser::ast::ColumnDef,
     ) -> Result<ColumnDef> {

@@ -559,7 +559,7 @@ impl SqlSession {
         Ok(())
     }
 
-    async fn plan_unguarded(&self, stmt: &DfStatement) -> Result<Option<LogicalPlan>> {
+    pub(super) async fn plan_unguarded(&self, stmt: &DfStatement) -> Result<Option<LogicalPlan>> {
         if !matches!(
             StatementKind::of(stmt),
             StatementKind::Query | StatementKind::Write
