@@ -237,7 +237,8 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             // numeric_value_out_of_range
             datafusion::arrow::error::ArrowError::ArithmeticOverflow(_) => "22003",
             datafusion::arrow::error::ArrowError::CastError(m)
-                if let Some(code) = datetime_cast_sqlstate(m) =>
+                if let Some(code) =
+                    datetime_cast_sqlstate(m).or_else(|| number_cast_sqlstate(m)) =>
             {
                 code
             }
@@ -245,6 +246,12 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             // "integer out of range".
             datafusion::arrow::error::ArrowError::CastError(m)
                 if m.starts_with("Can't cast value") && m.contains("to type Int") =>
+            {
+                "22003"
+            }
+            // A value with more digits than NUMERIC(p,s) holds: "numeric field overflow".
+            datafusion::arrow::error::ArrowError::InvalidArgumentError(m)
+                if m.contains("too large to store in a Decimal") =>
             {
                 "22003"
             }
@@ -280,6 +287,24 @@ fn datetime_cast_sqlstate(message: &str) -> Option<&'static str> {
             .bytes()
             .all(|b| b.is_ascii_digit() || b" :-.T+".contains(&b));
     Some(if shaped { "22008" } else { "22007" })
+}
+
+/// A text that did not cast to a number, as PostgreSQL tells it: 22003 (out of range)
+/// when it is written as an integer (`99999999999` for INT), 22P02
+/// (invalid_text_representation) otherwise (`abc`, `1.5` for INT).
+fn number_cast_sqlstate(message: &str) -> Option<&'static str> {
+    let rest = message.split("Cannot cast string '").nth(1)?;
+    let (value, target) = rest.rsplit_once("' to value of ")?;
+    if !["Int", "UInt", "Float", "Decimal"]
+        .iter()
+        .any(|t| target.starts_with(t))
+    {
+        return None;
+    }
+    let v = value.trim();
+    let digits = v.strip_prefix(['-', '+']).unwrap_or(v);
+    let integer = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    Some(if integer { "22003" } else { "22P02" })
 }
 
 impl From<TableError> for DataFusionError {
@@ -327,5 +352,23 @@ mod tests {
             Some("22007")
         );
         assert_eq!(datetime_cast_sqlstate(&m("x", "Int32")), None);
+        assert_eq!(number_cast_sqlstate(&m("abc", "Int32")), Some("22P02"));
+        assert_eq!(number_cast_sqlstate(&m("1.5", "Int64")), Some("22P02"));
+        assert_eq!(
+            number_cast_sqlstate(&m("-99999999999", "Int32")),
+            Some("22003")
+        );
+        assert_eq!(number_cast_sqlstate(&m("2024-01-01", "Date32")), None);
+    }
+
+    #[test]
+    fn a_numeric_too_wide_for_its_precision_is_an_overflow() {
+        let e = DataFusionError::ArrowError(
+            Box::new(datafusion::arrow::error::ArrowError::InvalidArgumentError(
+                "1.30 is too large to store in a Decimal128 of precision 2. Max is 0.99".into(),
+            )),
+            None,
+        );
+        assert_eq!(datafusion_sqlstate(&e), "22003");
     }
 }
