@@ -499,9 +499,9 @@ class Gen:
                     tags=stmt.tags + ["returning"])
 
     def dml_returning(self, t, stmt):
-        """An UPDATE or DELETE of a row table with RETURNING a third of the time (tierdb
-        returns rows from row tables only; a columnar table refuses with 0A000)."""
-        return self.returning(t, stmt) if t.key else stmt
+        """An UPDATE or DELETE with RETURNING a third of the time (row and columnar tables;
+        the rows are compared as a multiset, as a query's)."""
+        return self.returning(t, stmt)
 
     def dml(self):
         r = self.r

@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, RecordBatch, UInt32Array, UInt64Array};
-use datafusion::arrow::compute::{cast, take_record_batch};
+use datafusion::arrow::compute::{self, cast, take_record_batch};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::Column;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -97,13 +97,6 @@ pub(crate) async fn plan(
         && let Some(equalities) = target.key_equalities()
     {
         plan = crate::rows::fastdml::shorten(plan, &def, &equalities)?;
-    }
-    if target.returning && !def.is_row_table() {
-        return Err(TableError::Unsupported(format!(
-            "{} … RETURNING on a columnar table is not supported: it is supported on row \
-             tables (tables with a PRIMARY KEY)",
-            verb(stmt)
-        )));
     }
     match target.kind {
         DmlKind::Delete if !target.returning => Ok(plan),
@@ -167,6 +160,20 @@ pub(crate) async fn execute(
         let (n, _) = crate::rows::dml::execute(ctx, tables, &def, update, false, plan).await?;
         return Ok(n);
     }
+    let (n, _) = rewrite_segments(ctx, tables, kind, plan, false).await?;
+    Ok(n)
+}
+
+/// Steps 1-3 on a columnar table: how many rows changed, and with `returning` those rows
+/// (the table's columns, stored form: UPDATE's new values, DELETE's as they were), in the
+/// order the query named them.
+async fn rewrite_segments(
+    ctx: &SessionContext,
+    tables: &Arc<Tables>,
+    kind: DmlKind,
+    plan: LogicalPlan,
+    returning: bool,
+) -> Result<(u64, Option<RecordBatch>)> {
     let provider = rowid_provider(&plan)?;
     let view = provider
         .downcast_ref::<RowIdTable>()
@@ -179,12 +186,13 @@ pub(crate) async fn execute(
     let stream = crate::interrupt::off_task(df.execute_stream()).await?;
     let memory = MemoryConsumer::new(format!("{} of {}", dml_verb(kind), def.name))
         .register(&ctx.runtime_env().memory_pool);
-    let mut named = Named::collect(stream, &def, kind, memory).await?;
+    let mut named = Named::collect(stream, &def, kind, returning, memory).await?;
+    let empty = returning.then(|| RecordBatch::new_empty(def.schema()));
     let Some(segments) = view.segments() else {
-        return Ok(0); // the query never scanned: no row qualifies
+        return Ok((0, empty)); // the query never scanned: no row qualifies
     };
     if named.count == 0 {
-        return Ok(0);
+        return Ok((0, empty));
     }
     // Step 2: rewrite each segment with a named row.
     let state = ctx.state();
@@ -224,6 +232,20 @@ pub(crate) async fn execute(
         }
         removed.push(seg.clone());
     }
+    // The rows as the table declares them: NOT NULL holds (DELETE's rows are stored ones,
+    // UPDATE's new ones passed the write's check above).
+    let returned = if returning {
+        let rows = compute::concat_batches(&nullable(&def), &named.returned)?;
+        match RecordBatch::try_new(def.schema(), rows.columns().to_vec()) {
+            Ok(rows) => Some(rows),
+            Err(e) => {
+                tables.discard(&written).await;
+                return Err(e.into());
+            }
+        }
+    } else {
+        None
+    };
     // Step 3: commit.
     let write = PendingWrite {
         table: def,
@@ -243,7 +265,7 @@ pub(crate) async fn execute(
             tierdb_store::testpoint::pause_at("dml-committed");
         }
     }
-    Ok(named.count)
+    Ok((named.count, returned))
 }
 
 /// The row table `plan` (an UPDATE's or DELETE's query) changes, if it is one.
@@ -257,8 +279,7 @@ fn row_target(plan: &LogicalPlan) -> Result<Option<TableDef>> {
         .map(|rows| rows.def().clone()))
 }
 
-/// [`execute`] of an UPDATE or DELETE … RETURNING (of a row table: [`plan`] refuses the
-/// others): how many rows it changed, and those rows (the table's columns, stored form):
+/// [`execute`] of an UPDATE or DELETE … RETURNING: how many rows it changed, and those rows (the table's columns, stored form):
 /// UPDATE's new values, DELETE's rows as they were.
 pub(crate) async fn execute_returning(
     ctx: &SessionContext,
@@ -275,11 +296,26 @@ pub(crate) async fn execute_returning(
         Some(t) => t.kind == DmlKind::Update,
         None => return Err(TableError::Schema("not an UPDATE or DELETE".into())),
     };
-    let def = row_target(&plan)?.ok_or_else(|| {
-        TableError::Unsupported("RETURNING is supported on row tables only".into())
-    })?;
-    let (n, rows) = crate::rows::dml::execute(ctx, tables, &def, update, true, plan).await?;
-    let rows = rows.unwrap_or_else(|| RecordBatch::new_empty(def.schema()));
+    let (n, rows) = match row_target(&plan)? {
+        Some(def) => {
+            let (n, rows) =
+                crate::rows::dml::execute(ctx, tables, &def, update, true, plan).await?;
+            (
+                n,
+                rows.unwrap_or_else(|| RecordBatch::new_empty(def.schema())),
+            )
+        }
+        None => {
+            let kind = if update {
+                DmlKind::Update
+            } else {
+                DmlKind::Delete
+            };
+            let (n, rows) = rewrite_segments(ctx, tables, kind, plan, true).await?;
+            let rows = rows.ok_or_else(|| TableError::Schema("RETURNING lost its rows".into()))?;
+            (n, rows)
+        }
+    };
     Ok((n, rows))
 }
 
@@ -307,6 +343,9 @@ struct Named {
     positions: BTreeMap<u32, Vec<u64>>,
     /// UPDATE, per segment index: the new versions of its named rows (table columns).
     rows: BTreeMap<u32, Vec<RecordBatch>>,
+    /// With RETURNING: every named row once (table columns: UPDATE's new values, DELETE's
+    /// as read), in the order the query named them.
+    returned: Vec<RecordBatch>,
     count: u64,
     /// Held until the statement ends: the rows above stay in memory until then.
     _memory: MemoryReservation,
@@ -319,12 +358,14 @@ impl Named {
         mut stream: SendableRecordBatchStream,
         def: &TableDef,
         kind: DmlKind,
+        returning: bool,
         memory: MemoryReservation,
     ) -> Result<Self> {
         let schema = nullable(def);
         let mut seen: HashSet<(u32, u64)> = HashSet::new();
         let mut positions: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         let mut rows: BTreeMap<u32, Vec<RecordBatch>> = BTreeMap::new();
+        let mut returned = Vec::new();
         while let Some(batch) = stream.next().await {
             let batch = batch?;
             let (Some(segs), Some(pos)) = (
@@ -335,6 +376,7 @@ impl Named {
             };
             // Per segment, the rows of this batch that name a row not named before.
             let mut firsts: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+            let mut in_order: Vec<u32> = Vec::new();
             // Ids: a set entry and a position each (about 40 bytes).
             memory
                 .try_grow(batch.num_rows() * 40)
@@ -344,7 +386,19 @@ impl Named {
                 if seen.insert((s, p)) {
                     positions.entry(s).or_default().push(p);
                     firsts.entry(s).or_default().push(i as u32);
+                    in_order.push(i as u32);
                 }
+            }
+            if returning {
+                let values = batch.project(&(2..batch.num_columns()).collect::<Vec<_>>())?;
+                let taken = conform(
+                    take_record_batch(&values, &UInt32Array::from(in_order))?,
+                    &schema,
+                )?;
+                memory
+                    .try_grow(taken.get_array_memory_size())
+                    .map_err(|e| too_big(e, def))?;
+                returned.push(taken);
             }
             if kind == DmlKind::Update {
                 let values = batch.project(&(2..batch.num_columns()).collect::<Vec<_>>())?;
@@ -366,6 +420,7 @@ impl Named {
         Ok(Named {
             positions,
             rows,
+            returned,
             count: seen.len() as u64,
             _memory: memory,
         })
