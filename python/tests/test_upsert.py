@@ -2,7 +2,7 @@
 on both servers, by the simple and the extended protocol (psycopg with and without
 parameters): DO NOTHING with and without a conflict target, DO UPDATE with `excluded`,
 a WHERE, the table's alias, a unique index or a constraint name as the arbiter, RETURNING;
-a columnar table (no unique constraint); and the mistakes (21000, 42P10, 42601, 42704,
+a columnar table and a temporary table (no unique constraint); and the mistakes (21000, 42P10, 42601, 42704,
 23502, 23505 from an index that is not the arbiter) with nothing written. The returned
 rows, command tags and the tables after them must be PostgreSQL's. Concurrent upserts of
 one counter from several connections must add up as they do on PostgreSQL, and
@@ -71,6 +71,14 @@ STATEMENTS = [
     ("INSERT INTO col VALUES (1, 'a'), (1, 'a') ON CONFLICT DO NOTHING", None),
     ("INSERT INTO col VALUES (2, 'b') ON CONFLICT DO NOTHING RETURNING a, b", None),
     ("INSERT INTO col VALUES (3, 'c') ON CONFLICT (a) DO NOTHING", None),           # 42P10
+    # A temporary table: no constraints either (PostgreSQL answers the same for one
+    # created without any).
+    ("CREATE TEMPORARY TABLE tmp (a INT, b TEXT)", None),
+    ("INSERT INTO tmp VALUES (1, 'a'), (1, 'a') ON CONFLICT DO NOTHING", None),
+    ("INSERT INTO tmp VALUES (2, 'b') ON CONFLICT DO NOTHING RETURNING b, a", None),
+    ("INSERT INTO tmp VALUES (3, 'c') ON CONFLICT (a) DO NOTHING", None),           # 42P10
+    ("INSERT INTO tmp VALUES (3, 'c') ON CONFLICT (a) DO UPDATE SET b = 'x'", None),  # 42P10
+    ("SELECT * FROM tmp ORDER BY a", None),
     # Mistakes, each with PostgreSQL's SQLSTATE and nothing written.
     ("INSERT INTO u VALUES (10, 'j@x', 1, 'x'), (10, 'k@x', 2, 'y') "
      "ON CONFLICT (id) DO UPDATE SET n = 0", None),                               # 21000

@@ -15,7 +15,7 @@
 //!    is 42P10, as PostgreSQL says. `DO NOTHING` without a target is arbitrated by every
 //!    unique index and the key; `DO UPDATE` needs a target (42601). A columnar table has no
 //!    unique constraint: `DO NOTHING` without a target is a plain INSERT there, and a
-//!    target is 42P10. Temporary tables are refused (0A000).
+//!    target is 42P10; so it is on a temporary table, which has no constraints.
 //! 3. **Running it** ([`SqlSession::upsert`]): the proposed rows are computed once and put
 //!    in the stored form, NOT NULL is checked on all of them (as PostgreSQL checks before
 //!    the conflict), then `rows/upsert.rs` inserts or finds each one's conflict under
@@ -286,7 +286,7 @@ impl SqlSession {
         }))
     }
 
-    /// The stored table an upsert writes (temporary tables: 0A000).
+    /// The table an upsert writes (a temporary table: one without keys).
     async fn upsert_target(&self, insert: &LogicalPlan) -> Result<TableDef> {
         let LogicalPlan::Dml(dml) = insert else {
             return Err(TableError::Unsupported(
@@ -294,9 +294,21 @@ impl SqlSession {
             ));
         };
         if self.inserts_into_temp(insert) {
-            return Err(TableError::Unsupported(
-                "INSERT … ON CONFLICT into a temporary table is not supported".into(),
-            ));
+            // A temporary table has no key or unique index (temp.rs rule 4): as a columnar
+            // table, nothing can conflict (rule 2), and a conflict target matches nothing.
+            return Ok(TableDef {
+                id: 0,
+                name: dml.table_name.table().to_string(),
+                columns: Vec::new(),
+                sort_key: Vec::new(),
+                partition_key: None,
+                created_ms: 0,
+                dropped: Vec::new(),
+                primary_key: Vec::new(),
+                defaults: Vec::new(),
+                indexes: Vec::new(),
+                comments: Default::default(),
+            });
         }
         let name = super::stored_table(&dml.table_name)?;
         self.tables.require(&name).await
