@@ -90,9 +90,12 @@ echo "== INSERT … RETURNING beside PostgreSQL 15: rows, names and tags by both
 echo "== INSERT … ON CONFLICT beside PostgreSQL 15: DO NOTHING and DO UPDATE by key, unique index and constraint name, RETURNING, both protocols, mistakes' SQLSTATEs, concurrent upserts of one counter, SQLAlchemy's on_conflict_do_update (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_upsert.py")
-echo "== UPDATE/DELETE … RETURNING on row tables beside PostgreSQL 15: a job queue's claim and delete, subqueries, aliases, parameters, a failing item changes nothing; columnar tables refuse with 0A000 (pytest)"
+echo "== UPDATE/DELETE … RETURNING on row and columnar tables beside PostgreSQL 15: a job queue's claim and delete, subqueries, aliases, parameters, a failing item changes nothing (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_dml_returning.py")
+echo "== ALTER COLUMN … TYPE beside PostgreSQL 15: columnar and row tables (key, plain and unique index), USING, assignment casts, failed casts change nothing (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_alter_type.py")
 echo "== comments on views beside PostgreSQL 15: obj_description, col_description, psql \\dv+ and \\d+, pg_dump's COMMENT statements (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_view_comments.py")
