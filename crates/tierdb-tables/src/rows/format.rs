@@ -11,9 +11,11 @@
 //! Invariants:
 //!
 //! 1. A row written before ALTER TABLE … ADD COLUMN has fewer columns than the table: the
-//!    columns past its count read as NULL (ADD COLUMN has no DEFAULT). Columns are never
-//!    removed from a row table (DROP COLUMN is refused for them), so position `i` always
-//!    means the table's column `i`.
+//!    columns past its count read as NULL (ADD COLUMN has no DEFAULT). A row never holds
+//!    more columns than its table: DROP COLUMN and ALTER COLUMN … TYPE write every row
+//!    again (`sql/alter_type.rs`), and a transaction that wrote rows before cannot commit
+//!    them after (`rows/index.rs` `check_tables`), so position `i` always means the
+//!    table's column `i`.
 //! 2. Decoding checks every length against the bytes left and the version byte; a value
 //!    that does not decode is reported as damaged data naming the key, never served.
 //!    (SlateDB checksums its blocks, so a flipped byte is caught before this point.)

@@ -245,6 +245,15 @@ pub(crate) async fn check_tables(tables: &Tables, writes: &RowWrites) -> Result<
                      rows; nothing was committed, retry"
                 )));
             }
+            Some(d)
+                if d.id == w.id && !d.columns.iter().map(|c| c.ty).eq(w.types.iter().copied()) =>
+            {
+                // Its rows were encoded with the columns as they were (alter.rs rule 4).
+                return Err(TableError::Conflict(format!(
+                    "the columns of {name} were changed (ALTER TABLE) while this transaction \
+                     wrote its rows; nothing was committed, retry"
+                )));
+            }
             Some(d) if d.id == w.id => {}
             _ => {
                 return Err(TableError::NoTable(format!(

@@ -30,6 +30,8 @@ pub(crate) struct WrittenTable {
     pub indexes: Vec<u64>,
     /// Whether each column took NULL (alter.rs rule 5: SET NOT NULL on a row table).
     pub nullable: Vec<bool>,
+    /// Each column's type: the rows were encoded by them (alter.rs rule 4).
+    pub types: Vec<crate::catalog::ColumnType>,
 }
 
 #[derive(Debug, Default)]
@@ -82,6 +84,7 @@ impl RowWrites {
             id: def.id,
             indexes: def.indexes.iter().map(|i| i.id).collect(),
             nullable: def.columns.iter().map(|c| c.nullable).collect(),
+            types: def.columns.iter().map(|c| c.ty).collect(),
         });
     }
 

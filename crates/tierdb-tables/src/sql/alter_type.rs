@@ -2,6 +2,8 @@
 //! Rails' change_column): every row is read through one query that casts the column as
 //! `CAST(expr AS ty)` casts (PostgreSQL's rules: 22P02 for text that is no number, 22003
 //! out of range, 22001 too long for `VARCHAR(n)`), and written again in the new type.
+//! `ALTER TABLE t DROP COLUMN c` on a row table is the same rewrite without the column
+//! (its rows hold their columns by position).
 //!
 //! Invariants:
 //!
@@ -59,13 +61,7 @@ impl SqlSession {
                  again with the new type"
             )));
         }
-        if self.abort.slot.current().is_some_and(|tx| !tx.is_empty()) {
-            return Err(TableError::Unsupported(
-                "ALTER COLUMN … TYPE in a transaction that has written rows is not supported \
-                 (it would read them before they are committed): COMMIT or ROLLBACK first"
-                    .into(),
-            ));
-        }
+        self.refuse_rewrite_in_transaction("ALTER COLUMN … TYPE")?;
         let before = self.tables.require(name).await?;
         let mut after = before.clone();
         let mut items: Vec<Option<String>> = vec![None; before.columns.len()];
@@ -122,6 +118,93 @@ impl SqlSession {
             .zip(items)
             .map(|(c, item)| item.unwrap_or_else(|| quoted(&c.name)))
             .collect();
+        self.rewrite(&before, &after, &select).await
+    }
+
+    /// `ALTER TABLE … DROP COLUMN` on a row table: its rows hold their columns by
+    /// position (`rows/format.rs`), so they are written again without the dropped ones
+    /// (invariants above). Indexes over a dropped column go with it, as in PostgreSQL; a
+    /// primary key column cannot be dropped (0A000: the table's rows are keyed by it).
+    pub(super) async fn drop_row_columns(
+        &self,
+        name: &str,
+        columns: &[(String, bool)],
+    ) -> Result<()> {
+        self.refuse_rewrite_in_transaction("DROP COLUMN")?;
+        let before = self.tables.require(name).await?;
+        let mut after = before.clone();
+        for (column, if_exists) in columns {
+            let Some(i) = after.column_index(column) else {
+                if *if_exists {
+                    continue;
+                }
+                return Err(TableError::Column {
+                    code: "42703",
+                    message: format!("column \"{column}\" of relation \"{name}\" does not exist"),
+                });
+            };
+            if after.primary_key.contains(column) {
+                return Err(TableError::Unsupported(format!(
+                    "column {column} is in the primary key of {name}, by which its rows are \
+                     kept; it cannot be dropped"
+                )));
+            }
+            if after.columns.len() == 1 {
+                return Err(TableError::Column {
+                    code: "0A000",
+                    message: format!("column {column} is the only column of {name}"),
+                });
+            }
+            after.columns.remove(i);
+            after.indexes.retain(|x| !x.columns.contains(column));
+            after.defaults.retain(|(c, _)| c != column);
+            after.comments.set_column(column, None);
+        }
+        if after == before {
+            return Ok(());
+        }
+        let select: Vec<String> = after.columns.iter().map(|c| quoted(&c.name)).collect();
+        self.rewrite(&before, &after, &select).await?;
+        // A SERIAL column's sequence goes with it, as in PostgreSQL (a commit of its own:
+        // a crash in between leaves the sequence, unused).
+        let owned: Vec<String> = self
+            .tables
+            .sequences()
+            .await?
+            .into_iter()
+            .filter(|q| {
+                q.owned_by.as_deref() == Some(name)
+                    && q.owned_column
+                        .as_ref()
+                        .is_some_and(|c| after.column_index(c).is_none())
+            })
+            .map(|q| q.name)
+            .collect();
+        if !owned.is_empty() {
+            self.tables.drop_sequences(&owned, true).await?;
+        }
+        Ok(())
+    }
+
+    fn refuse_rewrite_in_transaction(&self, what: &str) -> Result<()> {
+        if self.abort.slot.current().is_some_and(|tx| !tx.is_empty()) {
+            return Err(TableError::Unsupported(format!(
+                "{what} in a transaction that has written rows is not supported (it would \
+                 read them before they are committed): COMMIT or ROLLBACK first"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes every row of `before` again as `after`'s, each column's value given by
+    /// `select`'s item (SQL over the table), and commits the two together.
+    async fn rewrite(
+        &self,
+        before: &crate::catalog::TableDef,
+        after: &crate::catalog::TableDef,
+        select: &[String],
+    ) -> Result<()> {
+        let name = before.name.as_str();
         let sql = format!(
             "SELECT {} FROM {}",
             select.join(", "),
@@ -135,14 +218,14 @@ impl SqlSession {
         } else {
             None
         };
-        let segments = self.tables.segments(&before).await?;
+        let segments = self.tables.segments(before).await?;
         let stmt = super::parse(&sql)?
             .pop()
-            .ok_or_else(|| TableError::Schema(format!("ALTER COLUMN … TYPE: cannot plan {sql}")))?;
+            .ok_or_else(|| TableError::Schema(format!("ALTER TABLE: cannot plan {sql}")))?;
         let plan = self
             .plan_unguarded(&stmt)
             .await?
-            .ok_or_else(|| TableError::Schema(format!("ALTER COLUMN … TYPE: cannot plan {sql}")))?;
+            .ok_or_else(|| TableError::Schema(format!("ALTER TABLE: cannot plan {sql}")))?;
         // Each column exactly as the table now declares it (the cast's own type can be a
         // wider one, e.g. Utf8View for VARCHAR(n)).
         let schema = after.schema();
@@ -157,18 +240,18 @@ impl SqlSession {
         let df = ctx.execute_logical_plan(plan).await?;
         if before.is_row_table() {
             let stream = df.execute_stream().await?;
-            let rows = crate::rows::retype::rows(&self.tables, &before, &after, stream).await?;
+            let rows = crate::rows::retype::rows(&self.tables, before, after, stream).await?;
             self.tables
-                .commit_rewrite(&before, &after, &segments, Vec::new(), rows)
+                .commit_rewrite(before, after, &segments, Vec::new(), rows)
                 .await?;
         } else {
             let physical = df.create_physical_plan().await?;
-            let sorted = crate::write::sorted_plan(&after, physical)?;
+            let sorted = crate::write::sorted_plan(after, physical)?;
             let written =
-                crate::write::write_plan(&self.tables, &after, sorted, ctx.task_ctx(), &|_| {})
+                crate::write::write_plan(&self.tables, after, sorted, ctx.task_ctx(), &|_| {})
                     .await?;
             self.tables
-                .commit_rewrite(&before, &after, &segments, written, Default::default())
+                .commit_rewrite(before, after, &segments, written, Default::default())
                 .await?;
         }
         self.schema.refresh().await?;

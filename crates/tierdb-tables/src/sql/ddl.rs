@@ -115,6 +115,31 @@ impl SqlSession {
             }
             return self.alter_column_types(&name, &retypes).await;
         }
+        if let Some(def) = self.tables.table(&name).await?
+            && def.is_row_table()
+            && at
+                .operations
+                .iter()
+                .any(|op| matches!(op, Op::DropColumn { .. }))
+        {
+            let mut dropped = Vec::new();
+            for op in &at.operations {
+                let Op::DropColumn {
+                    column_names,
+                    if_exists,
+                    ..
+                } = op
+                else {
+                    return Err(TableError::Unsupported(
+                        "DROP COLUMN of a table with a PRIMARY KEY together with other changes \
+                         in one ALTER TABLE is not supported: run them as separate statements"
+                            .into(),
+                    ));
+                };
+                dropped.extend(column_names.iter().map(|c| (ident_name(c), *if_exists)));
+            }
+            return self.drop_row_columns(&name, &dropped).await;
+        }
         let mut changes = Vec::new();
         for op in &at.operations {
             changes.push(match op {
