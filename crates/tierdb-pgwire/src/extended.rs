@@ -30,7 +30,7 @@ use crate::deferflush::DeferFlush;
 use crate::errors::{table_error, user_error};
 use crate::parse::declared_parameters;
 use crate::show::is_set_or_show;
-use crate::simple::rolls_back_to_savepoint;
+use crate::simple::status_before;
 
 /// A statement prepared by Parse: its syntax, and its plan as of Parse (for Describe; it
 /// is planned again at each Execute, so it reads the tables as they are then).
@@ -190,7 +190,7 @@ impl ExtendedQueryHandler for Extended {
         if let Some(pgwire::api::store::Entry::Value(portal)) =
             client.portal_store().get_portal(name)
         {
-            rolls_back_to_savepoint(client, Some(&portal.statement.statement.stmt));
+            status_before(client, Some(&portal.statement.statement.stmt));
         }
         self._on_execute(&mut DeferFlush::new(client), message)
             .await

@@ -15,26 +15,40 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::response::TransactionStatus;
 use tierdb_tables::sql::StatementKind;
 
 use crate::conn::ConnState;
 use crate::errors::{error_info, table_error};
 
-/// `ROLLBACK TO SAVEPOINT` leaves a failed transaction's error state; pgwire derives the
-/// status it reports from the status before the statement and the responses, which can
-/// only go from failed to failed, so the status is set before the statement runs (if it
-/// fails, the error puts it back).
-pub(crate) fn rolls_back_to_savepoint<C: ClientInfo>(client: &mut C, stmt: Option<&Statement>) {
-    if client.transaction_status() == pgwire::messages::response::TransactionStatus::Error
-        && matches!(
-            stmt,
-            Some(Statement::Rollback {
-                savepoint: Some(_),
-                ..
-            })
-        )
-    {
-        client.set_transaction_status(pgwire::messages::response::TransactionStatus::Transaction);
+/// The transaction status a statement starts from, where pgwire's own would be wrong.
+/// pgwire derives the status it reports from the status before the statement and the
+/// responses: an error turns "in a transaction" into "failed", "idle" stays "idle".
+///
+/// - `ROLLBACK TO SAVEPOINT` leaves a failed transaction's error state, which pgwire can
+///   only keep: the status is set to "in a transaction" first (if it fails, the error puts
+///   it back to "failed").
+/// - `COMMIT` ends the transaction also when it fails (a write conflict found at commit,
+///   40001: nothing was committed, as PostgreSQL's serialization failure at COMMIT): the
+///   status is set to "idle" first, so a failed COMMIT reports "idle", not "failed", and
+///   the client needs no ROLLBACK before its retry.
+pub(crate) fn status_before<C: ClientInfo>(client: &mut C, stmt: Option<&Statement>) {
+    if let Some(status) = starting_status(client.transaction_status(), stmt) {
+        client.set_transaction_status(status);
+    }
+}
+
+/// [`status_before`]'s rule: the status `stmt` starts from when it is not `current`.
+fn starting_status(
+    current: TransactionStatus,
+    stmt: Option<&Statement>,
+) -> Option<TransactionStatus> {
+    match stmt {
+        Some(Statement::Rollback {
+            savepoint: Some(_), ..
+        }) if current == TransactionStatus::Error => Some(TransactionStatus::Transaction),
+        Some(Statement::Commit { .. }) => Some(TransactionStatus::Idle),
+        _ => None,
     }
 }
 
@@ -52,7 +66,7 @@ impl SimpleQueryHandler for ConnState {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         if let Ok(statements) = self.parse(&query.query) {
-            rolls_back_to_savepoint(client, statements.first());
+            status_before(client, statements.first());
         }
         self._on_query(client, query).await
     }
@@ -88,5 +102,35 @@ impl SimpleQueryHandler for ConnState {
             out.push(Response::Error(Box::new(error_info(table_error(&e)))));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stmt(sql: &str) -> Statement {
+        let d = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+        datafusion::sql::sqlparser::parser::Parser::parse_sql(&d, sql)
+            .unwrap_or_default()
+            .remove(0)
+    }
+
+    #[test]
+    fn a_commit_starts_idle_so_its_failure_leaves_no_failed_transaction() {
+        use TransactionStatus::{Error, Idle, Transaction};
+        for current in [Idle, Transaction, Error] {
+            assert_eq!(starting_status(current, Some(&stmt("COMMIT"))), Some(Idle));
+            assert_eq!(starting_status(current, Some(&stmt("END"))), Some(Idle));
+        }
+        let to_savepoint = stmt("ROLLBACK TO SAVEPOINT s");
+        assert_eq!(
+            starting_status(Error, Some(&to_savepoint)),
+            Some(Transaction)
+        );
+        assert_eq!(starting_status(Transaction, Some(&to_savepoint)), None);
+        assert_eq!(starting_status(Error, Some(&stmt("ROLLBACK"))), None);
+        assert_eq!(starting_status(Transaction, Some(&stmt("SELECT 1"))), None);
+        assert_eq!(starting_status(Transaction, None), None);
     }
 }
