@@ -235,12 +235,15 @@ async fn rewrite_segments(
     // The rows as the table declares them: NOT NULL holds (DELETE's rows are stored ones,
     // UPDATE's new ones passed the write's check above).
     let returned = if returning {
-        let rows = compute::concat_batches(&nullable(&def), &named.returned)?;
-        match RecordBatch::try_new(def.schema(), rows.columns().to_vec()) {
+        // Stored form: CHAR(n) padded, as the rewrite wrote them.
+        let rows = compute::concat_batches(&nullable(&def), &named.returned)
+            .map_err(TableError::from)
+            .and_then(|rows| crate::write::conform(rows, &def, &def.schema()));
+        match rows {
             Ok(rows) => Some(rows),
             Err(e) => {
                 tables.discard(&written).await;
-                return Err(e.into());
+                return Err(e);
             }
         }
     } else {
