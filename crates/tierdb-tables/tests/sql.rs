@@ -718,7 +718,7 @@ async fn errors_have_kinds_and_sqlstates() {
         (
             "INSERT INTO t VALUES ('not a number')",
             ErrorKind::Input,
-            "22000",
+            "22P02",
         ),
     ];
     for (sql, kind, code) in cases {
