@@ -114,6 +114,12 @@ impl Transaction {
         self.writes.lock().is_empty() && self.rows.lock().is_empty()
     }
 
+    /// Whether this transaction reads an older state than the next statement would: a
+    /// REPEATABLE READ transaction that has taken its snapshot.
+    pub(crate) fn reads_a_snapshot(&self) -> bool {
+        self.snapshot.lock().is_some()
+    }
+
     /// The writes, leaving the transaction empty.
     pub fn take(&self) -> Vec<PendingWrite> {
         std::mem::take(&mut *self.writes.lock())

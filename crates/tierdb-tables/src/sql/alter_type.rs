@@ -18,7 +18,9 @@
 //!    committed row and nothing else (`rows/retype.rs`).
 //! 3. A transaction that wrote rows of the table with its old columns cannot commit them
 //!    after (40001: `alter.rs` rule 4). A transaction that has written anything may not run
-//!    it: the query would read its uncommitted rows into the committed table (0A000).
+//!    it: the query would read its uncommitted rows into the committed table; nor may a
+//!    REPEATABLE READ transaction that has read: the query would read its snapshot and
+//!    drop the rows committed since (0A000).
 //! 4. Keys and indexes follow the new type: each row's key and index entries are encoded
 //!    again; two rows whose keys (or unique index values) become equal fail with 23505.
 //! 5. The other columns, NOT NULL, the DEFAULT text, comments and the ingest order are
@@ -186,11 +188,22 @@ impl SqlSession {
         Ok(())
     }
 
+    /// Invariant 3: the query must read every committed row and nothing else.
     fn refuse_rewrite_in_transaction(&self, what: &str) -> Result<()> {
-        if self.abort.slot.current().is_some_and(|tx| !tx.is_empty()) {
+        let Some(tx) = self.abort.slot.current() else {
+            return Ok(());
+        };
+        if !tx.is_empty() {
             return Err(TableError::Unsupported(format!(
                 "{what} in a transaction that has written rows is not supported (it would \
                  read them before they are committed): COMMIT or ROLLBACK first"
+            )));
+        }
+        if tx.reads_a_snapshot() {
+            return Err(TableError::Unsupported(format!(
+                "{what} in a REPEATABLE READ transaction that has read is not supported (it \
+                 would rewrite the table as of the transaction's snapshot, without the rows \
+                 committed since): run it outside the transaction or under READ COMMITTED"
             )));
         }
         Ok(())
