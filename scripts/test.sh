@@ -96,6 +96,9 @@ echo "== UPDATE/DELETE … RETURNING on row and columnar tables beside PostgreSQ
 echo "== ALTER COLUMN … TYPE beside PostgreSQL 15: columnar and row tables (key, plain and unique index), USING, assignment casts, failed casts change nothing (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_alter_type.py")
+echo "== prepared statements whose plans the server keeps, beside PostgreSQL 15: ALTER TABLE, a renamed and a new table under the name, a replaced view, an index, a hiding temporary table, DROP TABLE between executions (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_plan_cache.py")
 echo "== comments on views beside PostgreSQL 15: obj_description, col_description, psql \\dv+ and \\d+, pg_dump's COMMENT statements (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_view_comments.py")

@@ -168,6 +168,14 @@ impl ConnState {
         let session = self.session().await?;
         tracing::debug!(statement = %stmt, bound = plan.is_some(), "run");
         let kind = StatementKind::of_sql(&stmt);
+        // What can change how a statement is planned (plans of prepared statements are
+        // kept while nothing did: `tierdb_tables` `plancache.rs`, invariant 3).
+        if matches!(
+            stmt,
+            Statement::Set(_) | Statement::Reset(_) | Statement::Discard { .. }
+        ) {
+            session.settings_changed();
+        }
         // The client's time zone (its startup parameter, as pgjdbc and libpq's PGTZ send
         // it, or what SET TIME ZONE recorded): applied to the session when it differs.
         // An unknown zone at startup leaves the session in UTC.

@@ -44,6 +44,8 @@ pub struct Prepared {
     params: usize,
     /// RowDescription's table OIDs and column numbers (`tableoid.rs`).
     ids: crate::tableoid::Ids,
+    /// Its plan, kept for the next Execute while it holds (`tierdb_tables` `plancache.rs`).
+    cache: Arc<tierdb_tables::sql::PlanCache>,
 }
 
 #[async_trait]
@@ -96,6 +98,7 @@ impl QueryParser for ConnState {
                     schema,
                     params: declared_parameters(sql),
                     ids,
+                    cache: Default::default(),
                 }))
             })
             .await
@@ -272,13 +275,17 @@ impl ExtendedQueryHandler for Extended {
                 .run(client, stmt, None, &portal.result_column_format)
                 .await;
         };
-        // Planned again: a prepared statement reads the tables as they are now. Anything
-        // failing here aborts the session's transaction (`guarded`).
+        // Planned again, unless the plan kept from the last Execute still holds: a
+        // prepared statement reads the tables as they are now. Anything failing here
+        // aborts the session's transaction (`guarded`).
         let session = this.session().await?;
         let bound = session
             .guarded(async {
                 let plan = session
-                    .plan(&DfStatement::Statement(Box::new(stmt.clone())))
+                    .plan_prepared(
+                        &DfStatement::Statement(Box::new(stmt.clone())),
+                        &prepared.cache,
+                    )
                     .await
                     .map_err(|e| table_error(&e))?;
                 let Some(plan) = plan else {
@@ -287,8 +294,9 @@ impl ExtendedQueryHandler for Extended {
                 // The client decodes rows by the description it got at Parse: a plan whose
                 // columns changed since (a table dropped and created again) must not send
                 // rows of another shape (PostgreSQL: 0A000, "cached plan must not change
-                // result type").
-                if !same_columns(plan.schema(), described.schema()) {
+                // result type"). A write without RETURNING sends no rows: its plan's
+                // columns (those of what it reads) may change freely.
+                if returns_rows(&stmt) && !same_columns(plan.schema(), described.schema()) {
                     return Err(user_error(
                         "0A000",
                         "cached plan must not change result type (a table it reads changed; \
@@ -353,6 +361,17 @@ impl ExtendedQueryHandler for PgwireDefaults {
             "XX000",
             "internal: Parse/Bind handler asked to execute".into(),
         ))
+    }
+}
+
+/// Whether `stmt` answers rows: anything but an INSERT, UPDATE or DELETE without
+/// RETURNING.
+fn returns_rows(stmt: &Statement) -> bool {
+    match stmt {
+        Statement::Insert(i) => i.returning.is_some(),
+        Statement::Update(u) => u.returning.is_some(),
+        Statement::Delete(d) => d.returning.is_some(),
+        _ => true,
     }
 }
 

@@ -684,38 +684,49 @@ pub async fn next_id(kv: &dyn KvRead) -> Result<u64> {
 #[derive(Debug, Default)]
 pub struct CatalogBatch {
     pub batch: Batch,
+    /// Whether it changes a definition (a table, view, sequence or schema), not only data:
+    /// what [`crate::Tables::ddl_generation`] counts, and cached plans depend on.
+    defines: bool,
 }
 
 impl CatalogBatch {
     pub fn put_table(&mut self, def: &TableDef) {
+        self.defines = true;
         self.batch.put(table_key(&def.name), encode(def));
     }
 
     pub fn delete_table(&mut self, name: &str) {
+        self.defines = true;
         self.batch.delete(table_key(name));
     }
 
     pub fn put_view(&mut self, def: &crate::views::ViewDef) {
+        self.defines = true;
         self.batch.put(view_key(&def.name), encode(def));
     }
 
     pub fn delete_view(&mut self, name: &str) {
+        self.defines = true;
         self.batch.delete(view_key(name));
     }
 
     pub fn put_sequence(&mut self, def: &crate::rows::sequence::SequenceDef) {
+        self.defines = true;
         self.batch.put(sequence_key(&def.name), encode(def));
     }
 
     pub fn delete_sequence(&mut self, name: &str) {
+        self.defines = true;
         self.batch.delete(sequence_key(name));
     }
 
     pub fn put_schema(&mut self, def: &SchemaDef) {
+        self.defines = true;
         self.batch.put(schema_key(&def.name), encode(def));
     }
 
     pub fn delete_schema(&mut self, name: &str) {
+        self.defines = true;
         self.batch.delete(schema_key(name));
     }
 
@@ -738,6 +749,11 @@ impl CatalogBatch {
 
     pub fn forget_retired(&mut self, path: &str) {
         self.batch.delete(retired_key(path));
+    }
+
+    /// Whether it changes a definition, not only data (rows, segments).
+    pub fn defines(&self) -> bool {
+        self.defines
     }
 
     /// The batch to commit, stamped with the commit's wall-clock time (`Tt`).

@@ -49,6 +49,9 @@ pub struct Tables {
     pub(crate) sequences: crate::rows::sequence::Sequences,
     /// Catalog commits made by this process (see [`Tables::generation`]).
     generation: std::sync::atomic::AtomicU64,
+    /// Catalog commits made by this process that changed a definition (see
+    /// [`Tables::ddl_generation`]).
+    ddl_generation: std::sync::atomic::AtomicU64,
     /// Small-segment merges (`merge.rs`).
     merge: Arc<crate::merge::MergeState>,
     pub merge_policy: crate::merge::MergePolicy,
@@ -85,6 +88,7 @@ impl Tables {
             rows: Default::default(),
             sequences: Default::default(),
             generation: Default::default(),
+            ddl_generation: Default::default(),
             merge: Default::default(),
             merge_policy: Default::default(),
         }
@@ -133,10 +137,15 @@ impl Tables {
         kv: &KvDb,
         b: CatalogBatch,
     ) -> tierdb_kv::Result<u64> {
+        let defines = b.defines();
         let r = kv.commit(b.stamped()).await;
         // Also after a failure: its outcome may be unknown.
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        if defines {
+            self.ddl_generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         r
     }
 
@@ -145,6 +154,15 @@ impl Tables {
     /// are the ones read last.
     pub fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// How many catalog commits this process has made that changed a table, view,
+    /// sequence or schema definition. A plan made while it read `g` (read before planning)
+    /// is still the statement's plan while it reads `g`, on the writer (the only process
+    /// that changes definitions): `sql/plancache.rs`.
+    pub fn ddl_generation(&self) -> u64 {
+        self.ddl_generation
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub(crate) fn row_state(&self) -> &Arc<crate::rows::locks::RowState> {

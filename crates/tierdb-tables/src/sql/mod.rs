@@ -34,6 +34,7 @@ mod explain;
 mod insert_source;
 mod isolation;
 mod namespaces;
+mod plancache;
 mod returning;
 mod seqstmt;
 mod serial;
@@ -42,6 +43,7 @@ mod temp;
 mod temp_stmt;
 mod upsert;
 
+pub use plancache::PlanCache;
 use session::Abort;
 pub(crate) use session::analyzed;
 pub use session::{Batch, Notice, Outcome, Rows, SqlSession};
@@ -267,6 +269,8 @@ impl SqlEngine {
                 distributed: !options.workers.is_empty(),
                 interrupt,
                 temp,
+                settings: Default::default(),
+                plan_cache: Default::default(),
             },
         })
     }
@@ -339,6 +343,8 @@ impl SqlEngine {
             distributed: self.session.distributed,
             interrupt,
             temp,
+            settings: Default::default(),
+            plan_cache: Default::default(),
         }
     }
 

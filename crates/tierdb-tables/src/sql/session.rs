@@ -63,6 +63,9 @@ pub struct SqlSession {
     pub(super) interrupt: crate::interrupt::Interrupt,
     /// This session's temporary tables (`temp.rs`).
     pub(super) temp: Arc<super::temp::TempTables>,
+    /// Bumped by every change of the session's settings (`plancache.rs`, invariant 3).
+    pub(super) settings: std::sync::atomic::AtomicU64,
+    pub(super) plan_cache: super::plancache::PlanCacheStats,
 }
 
 /// The session's transaction slot and its aborted flag: what a failure anywhere (also in a
@@ -275,6 +278,7 @@ impl SqlSession {
             .options_mut()
             .execution
             .time_zone = Some(tz.to_string());
+        self.settings_changed();
         Ok(())
     }
 
