@@ -345,3 +345,45 @@ async fn set_not_null_on_a_row_table_holds_for_rows_not_yet_committed() {
     let err = a.sql("INSERT INTO r VALUES (4, NULL)").await.unwrap_err();
     assert_eq!(err.sqlstate(), "23502", "{err}");
 }
+
+/// `plancache.rs`: a prepared statement over a row table is planned once and its plan kept;
+/// a definition committed by any session, or a change of this session's settings, makes it
+/// plan again; a plan over a columnar table is never kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_plans_are_kept_until_a_definition_or_setting_changes() {
+    let (e, _) = common::engine(1000).await;
+    let s = e.new_session();
+    let other = e.new_session();
+    s.sql("CREATE TABLE r (id INT PRIMARY KEY, n INT)")
+        .await
+        .unwrap();
+    s.sql("CREATE TABLE c (id INT, n INT)").await.unwrap();
+    let range = stmt("SELECT n FROM r WHERE id BETWEEN $1 AND $2");
+    let cache = tierdb_tables::sql::PlanCache::default();
+    let misses = |s: &SqlSession| s.plan_cache_stats().1;
+    let hits = |s: &SqlSession| s.plan_cache_stats().0;
+    for _ in 0..3 {
+        assert!(s.plan_prepared(&range, &cache).await.unwrap().is_some());
+    }
+    assert_eq!((hits(&s), misses(&s)), (2, 1), "planned once, then kept");
+    other.sql("ALTER TABLE r ADD COLUMN m INT").await.unwrap();
+    s.plan_prepared(&range, &cache).await.unwrap();
+    s.plan_prepared(&range, &cache).await.unwrap();
+    assert_eq!(
+        (hits(&s), misses(&s)),
+        (3, 2),
+        "planned again after ALTER TABLE"
+    );
+    s.settings_changed();
+    s.plan_prepared(&range, &cache).await.unwrap();
+    assert_eq!((hits(&s), misses(&s)), (3, 3), "planned again after SET");
+    let columnar = stmt("SELECT n FROM c WHERE id BETWEEN $1 AND $2");
+    let cache = tierdb_tables::sql::PlanCache::default();
+    s.plan_prepared(&columnar, &cache).await.unwrap();
+    s.plan_prepared(&columnar, &cache).await.unwrap();
+    assert_eq!(
+        (hits(&s), misses(&s)),
+        (3, 5),
+        "a columnar table's plan is never kept"
+    );
+}
