@@ -15,10 +15,17 @@
 //!    types are stored as text, and DataFusion has no casts to them.
 //! 4. A cast to VARCHAR(n) or CHAR(n) is the call that cuts (and pads) to the length and
 //!    declares the type (`charcast.rs`): DataFusion's cast drops the length.
+//! 5. `FROM generate_series(1, n) g` (also `unnest(a) u`): in PostgreSQL the alias of a
+//!    function returning one scalar column names that column too (`SELECT g …`; pgbench's
+//!    server-side data generation writes it so); DataFusion names it `value`. The alias
+//!    gets the column alias `g(g)`.
 
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, Statement, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr, Statement, TableAlias, TableAliasColumnDef, TableFactor, VisitMut,
+    VisitorMut,
+};
 
 /// Applies every repair in the module doc to `stmt`.
 pub fn repair(stmt: &mut Statement) {
@@ -29,6 +36,11 @@ struct Repair;
 
 impl VisitorMut for Repair {
     type Break = ();
+
+    fn post_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        scalar_function_alias(factor);
+        ControlFlow::Continue(())
+    }
 
     fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
         sequence_name_casts(e);
@@ -160,6 +172,37 @@ fn reassociate(e: Expr) -> Expr {
     }
 }
 
+/// Repair 5: the alias of a one-column set-returning function names its column.
+fn scalar_function_alias(factor: &mut TableFactor) {
+    let alias: Option<&mut TableAlias> = match factor {
+        TableFactor::Table {
+            name,
+            args: Some(_),
+            alias,
+            ..
+        } if name.0.len() == 1
+            && name.0[0]
+                .as_ident()
+                .is_some_and(|i| i.value.eq_ignore_ascii_case("generate_series")) =>
+        {
+            alias.as_mut()
+        }
+        TableFactor::UNNEST {
+            alias,
+            array_exprs,
+            with_offset: false,
+            with_ordinality: false,
+            ..
+        } if array_exprs.len() == 1 => alias.as_mut(),
+        _ => None,
+    };
+    if let Some(a) = alias
+        && a.columns.is_empty()
+    {
+        a.columns = vec![TableAliasColumnDef::from_name(a.name.value.clone())];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +217,27 @@ mod tests {
         repair(&mut s);
         s.to_string()
     }
+    #[test]
+    fn the_alias_of_a_one_column_function_names_its_column() {
+        assert_eq!(
+            fixed("SELECT g FROM generate_series(1, 3) g"),
+            "SELECT g FROM generate_series(1, 3) g (g)"
+        );
+        assert_eq!(
+            fixed("SELECT aid FROM GENERATE_SERIES(1, 3) AS aid"),
+            "SELECT aid FROM GENERATE_SERIES(1, 3) AS aid (aid)"
+        );
+        // Column aliases written, another function, no alias: unchanged.
+        assert_eq!(
+            fixed("SELECT x FROM generate_series(1, 3) AS g(x), t AS u, f(1) AS v"),
+            "SELECT x FROM generate_series(1, 3) AS g (x), t AS u, f(1) AS v"
+        );
+        assert_eq!(
+            fixed("SELECT * FROM generate_series(1, 3)"),
+            "SELECT * FROM generate_series(1, 3)"
+        );
+    }
+
     #[test]
     fn a_sequence_named_as_a_regclass_is_named_by_text() {
         assert_eq!(
