@@ -472,7 +472,21 @@ fn parameter_types(plan: &LogicalPlan, declared: usize) -> PgWireResult<Vec<Opti
         out[n - 1] = ty;
     }
     // `$1::BIGINT`: DataFusion leaves the placeholder untyped; its cast says what it is.
+    // `LIMIT $1`, `OFFSET $2`: bigint, as PostgreSQL infers them (else a NULL sent without
+    // a type would be text, which LIMIT refuses).
     let _ = plan.apply(|node| {
+        if let LogicalPlan::Limit(l) = node {
+            for e in [&l.skip, &l.fetch].into_iter().flatten() {
+                if let datafusion::logical_expr::Expr::Placeholder(p) = e.as_ref()
+                    && let Some(n) = p.id.trim_start_matches('$').parse::<usize>().ok()
+                    && n >= 1
+                    && n <= out.len()
+                    && out[n - 1].is_none()
+                {
+                    out[n - 1] = Some(DataType::Int64);
+                }
+            }
+        }
         for e in node.expressions() {
             let _ = e.apply(|e| {
                 if let datafusion::logical_expr::Expr::Cast(c) = e
