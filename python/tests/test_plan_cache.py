@@ -122,3 +122,79 @@ def test_a_temporary_table_hides_the_stored_one_from_kept_plans():
         assert a.execute("SELECT c FROM r WHERE id BETWEEN 1 AND 2").fetchall() == [("temp",)]
         a.execute("DROP TABLE r")
         assert a.execute(RANGE, (1, 2), prepare=True).fetchall() == [("stored",), ("stored2",)]
+
+
+# Prepared queries whose optimized plan is kept (invariant 5 of plancache.rs: optimized
+# once with the parameters unbound, the values bound per execution), each executed many
+# times with generated values (NULL among them) while the other connection writes the
+# rows they read; and queries whose plan must not be kept optimized (LIMIT $n, now()).
+PARAM_QUERIES = [
+    ("SELECT id, k FROM r2 WHERE id > %s AND id <= %s ORDER BY id", "ii"),
+    ("SELECT count(*), sum(k) FROM r2 WHERE id BETWEEN %s AND %s", "ii"),
+    ("SELECT id FROM r2 WHERE id IN (%s, %s, %s) ORDER BY id", "iii"),
+    ("SELECT id FROM r2 WHERE k >= %s ORDER BY id LIMIT 5", "i"),
+    ("SELECT id, k * %s FROM r2 WHERE id < %s ORDER BY id", "ii"),
+    ("SELECT c, count(*) FROM r2 WHERE id >= %s GROUP BY c ORDER BY c", "i"),
+    ("SELECT DISTINCT c FROM r2 WHERE id BETWEEN %s AND %s ORDER BY c", "ii"),
+    ("SELECT a.id, b.k FROM r2 a JOIN r3 b ON a.id = b.id WHERE a.id > %s ORDER BY a.id", "i"),
+    ("SELECT id FROM r2 WHERE id = (SELECT max(id) FROM r2 WHERE k < %s)", "i"),
+    ("SELECT id FROM r2 WHERE c = %s ORDER BY id", "t"),
+    ("SELECT id FROM r2 WHERE id > %s ORDER BY id LIMIT %s", "in"),
+    ("SELECT id, now() > '2000-01-01'::timestamptz FROM r2 WHERE id < %s ORDER BY id", "i"),
+    ("SELECT id FROM r2 WHERE id >= %s AND c <> %s ORDER BY id", "it"),
+]
+WORDS = ["x", "y", "z", "w"]
+
+
+def param_script(seed, steps=240):
+    import random
+    rnd = random.Random(seed)
+    script = [
+        ("b", "CREATE TABLE r2 (id INT PRIMARY KEY, k INT, c TEXT)", None),
+        ("b", "CREATE TABLE r3 (id INT PRIMARY KEY, k BIGINT)", None),
+        ("b", "INSERT INTO r2 SELECT g, g % 7, substr('xyzw', 1 + g % 4, 1) FROM "
+              "generate_series(1, 20) g", None),
+        ("b", "INSERT INTO r3 SELECT g, g * 100 FROM generate_series(1, 20, 3) g", None),
+    ]
+
+    def value(kind):
+        if rnd.random() < 0.12:
+            return None
+        return {"i": lambda: rnd.randint(-3, 26), "n": lambda: rnd.randint(0, 6),
+                "t": lambda: rnd.choice(WORDS)}[kind]()
+
+    for _ in range(steps):
+        if rnd.random() < 0.2:
+            i = rnd.randint(1, 25)
+            script.append(("b", rnd.choice([
+                f"INSERT INTO r2 VALUES ({i}, {rnd.randint(0, 9)}, '{rnd.choice(WORDS)}') "
+                "ON CONFLICT (id) DO NOTHING",
+                f"UPDATE r2 SET k = k + 1, c = '{rnd.choice(WORDS)}' WHERE id = {i}",
+                f"DELETE FROM r2 WHERE id = {i}",
+            ]), None))
+        else:
+            sql, kinds = rnd.choice(PARAM_QUERIES)
+            script.append(("a", sql, tuple(value(k) for k in kinds)))
+    return script
+
+
+def run_param_script(port, name, script):
+    out = []
+    with connect(name, port) as a, connect(name, port) as b:
+        conns = {"a": a, "b": b}
+        for who, sql, params in script:
+            got = answer(conns[who], sql, params)
+            if got[0] == "rows" and got[2] is not None:
+                got = (got[0], got[1], sorted(got[2]), got[3], got[4])
+            out.append(got)
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_kept_optimized_plans_answer_as_postgres_for_generated_values(seed):
+    script = param_script(seed)
+    with engines.postgres() as pg_port, engines.tierdb(BIN) as t_port:
+        want = run_param_script(pg_port, "postgres", script)
+        got = run_param_script(t_port, "tierdb", script)
+    for i, (w, g) in enumerate(zip(want, got)):
+        assert g == w, f"step {i}: {script[i]}"

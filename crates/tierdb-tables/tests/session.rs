@@ -387,3 +387,70 @@ async fn prepared_plans_are_kept_until_a_definition_or_setting_changes() {
         "a columnar table's plan is never kept"
     );
 }
+
+/// `plancache.rs` invariant 5: from its second execution a prepared query over row tables
+/// runs its kept optimized plan (the parameters bound into it) and reads the rows as they
+/// are at each execution; a query calling `now()` or `random()` is never kept optimized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_queries_keep_their_optimized_plan_and_read_fresh_rows() {
+    use datafusion::common::{ParamValues, ScalarValue};
+    let (e, _) = common::engine(1000).await;
+    let s = e.new_session();
+    let other = e.new_session();
+    s.sql("CREATE TABLE r (id INT PRIMARY KEY, n INT)")
+        .await
+        .unwrap();
+    s.sql("INSERT INTO r VALUES (1, 10), (2, 20), (3, 30)")
+        .await
+        .unwrap();
+    let sum = stmt("SELECT sum(n) FROM r WHERE id BETWEEN $1 AND $2");
+    let cache = tierdb_tables::sql::PlanCache::default();
+    let run = |lo: i32, hi: Option<i32>| {
+        let (s, sum, cache) = (&s, &sum, &cache);
+        async move {
+            let plan = s.plan_prepared(sum, cache).await.unwrap().unwrap();
+            let values =
+                ParamValues::from(vec![ScalarValue::Int32(Some(lo)), ScalarValue::Int32(hi)]);
+            let bound = plan.replace_params_with_values(&values).unwrap();
+            let Outcome::Rows(rows) = s.execute_outcome(sum.clone(), Some(bound)).await.unwrap()
+            else {
+                panic!("rows expected")
+            };
+            let batches = rows.collect().await.unwrap();
+            datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+                .unwrap()
+                .to_string()
+        }
+    };
+    assert!(run(1, Some(2)).await.contains("| 30 "));
+    assert_eq!(s.plan_cache_optimized(), 0, "the first execution plans");
+    assert!(run(2, Some(3)).await.contains("| 50 "));
+    assert!(run(1, Some(3)).await.contains("| 60 "));
+    assert_eq!(
+        s.plan_cache_optimized(),
+        2,
+        "then the optimized plan is kept"
+    );
+    other.sql("INSERT INTO r VALUES (4, 40)").await.unwrap();
+    assert!(
+        run(1, Some(4)).await.contains("| 100 "),
+        "rows as they are now"
+    );
+    assert!(
+        !run(1, None).await.contains('0'),
+        "NULL bound: no row, sum NULL"
+    );
+    assert_eq!(s.plan_cache_optimized(), 4);
+    for sql in [
+        "SELECT n FROM r WHERE id = $1 AND now() > '2000-01-01'::timestamptz",
+        "SELECT n FROM r WHERE id > $1 AND random() < 2",
+    ] {
+        let q = stmt(sql);
+        let cache = tierdb_tables::sql::PlanCache::default();
+        for _ in 0..3 {
+            let plan = s.plan_prepared(&q, &cache).await.unwrap().unwrap();
+            assert!(plan.display().to_string() != "KeptOptimized", "{sql}");
+        }
+        assert_eq!(s.plan_cache_optimized(), 4, "not kept optimized: {sql}");
+    }
+}

@@ -221,6 +221,14 @@ impl SqlSession {
                 abort: self.abort.clone(),
             }));
         }
+        if let Some(optimized) = super::plancache::as_optimized(&plan) {
+            // A prepared query's kept plan, analyzed and optimized already, its values
+            // bound (`plancache.rs`, invariant 5): only its physical plan is made.
+            return Ok(Outcome::Rows(Rows {
+                source: Source::Optimized(Box::new(self.exec_ctx().state()), optimized.clone()),
+                abort: self.abort.clone(),
+            }));
+        }
         match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(c)) if temporary => {
                 let (order, part) = keys.unwrap_or((None, None));
@@ -364,7 +372,7 @@ impl SqlSession {
     /// Counts the rows of the filtered dimension scans of `plan`'s joins that the join
     /// order has no measurement for yet (see `joinorder.rs`). Best effort: a count that
     /// fails leaves that input to the estimate.
-    async fn measure_join_inputs(&self, plan: &LogicalPlan) {
+    pub(super) async fn measure_join_inputs(&self, plan: &LogicalPlan) {
         let Some(cards) = &self.cards else {
             return;
         };

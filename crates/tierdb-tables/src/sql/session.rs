@@ -164,6 +164,9 @@ pub struct Rows {
 pub(super) enum Source {
     /// A DataFusion plan, run as the rows are read.
     Plan(DataFrame),
+    /// A kept plan, analyzed and optimized already (`plancache.rs`): only its physical
+    /// plan is made, in this state, as the rows are read.
+    Optimized(Box<datafusion::execution::SessionState>, LogicalPlan),
     /// Rows read already (a key lookup's: `rows/fast.rs`).
     Ready(datafusion::common::DFSchemaRef, Vec<RecordBatch>),
 }
@@ -172,6 +175,7 @@ impl Rows {
     pub fn schema(&self) -> &DFSchema {
         match &self.source {
             Source::Plan(df) => df.schema(),
+            Source::Optimized(_, plan) => plan.schema(),
             Source::Ready(schema, _) => schema,
         }
     }
@@ -181,23 +185,34 @@ impl Rows {
     pub fn origins(&self) -> Vec<Option<crate::origin::Origin>> {
         match &self.source {
             Source::Plan(df) => crate::origin::origins(df.logical_plan()),
+            Source::Optimized(_, plan) => crate::origin::origins(plan),
             Source::Ready(schema, _) => vec![None; schema.fields().len()],
         }
     }
 
     /// The rows as a stream.
     pub async fn execute_stream(self) -> Result<SendableRecordBatchStream> {
-        let df = match self.source {
-            Source::Plan(df) => df,
+        let mut guard = FailUnlessDone(Some(&self.abort));
+        // Physical planning (the optimizer's rules) off this task (`interrupt.rs`).
+        let stream = match self.source {
+            Source::Plan(df) => crate::interrupt::off_task(df.execute_stream()).await?,
+            Source::Optimized(state, plan) => {
+                crate::interrupt::off_task(async move {
+                    let physical = state
+                        .query_planner()
+                        .create_physical_plan(&plan, state.as_ref())
+                        .await?;
+                    datafusion::physical_plan::execute_stream(physical, state.task_ctx())
+                })
+                .await?
+            }
             Source::Ready(schema, batches) => {
+                guard.0 = None;
                 let schema = Arc::new(schema.as_arrow().clone());
                 let rows = futures::stream::iter(batches.into_iter().map(Ok));
                 return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)));
             }
         };
-        let mut guard = FailUnlessDone(Some(&self.abort));
-        // Physical planning (the optimizer's rules) off this task (`interrupt.rs`).
-        let stream = crate::interrupt::off_task(df.execute_stream()).await?;
         guard.0 = None; // started: errors from here on are the stream's (below)
         let abort = self.abort.clone();
         let schema = stream.schema();
