@@ -26,19 +26,28 @@ run_one() { # BIN NAME WORKLOAD
     perf record -F 149 --call-graph dwarf,32768 -p "$sp" -o "/tmp/ab-oltp-$2-$3.perf" -- sleep "$T" \
       > /dev/null 2>&1 & pp=$!
   fi
+  local c0 c1; c0=$(awk '{print $14 + $15}' "/proc/$sp/stat")
   local out; out=$("${sb[@]}" "$3" --threads="$THREADS" --time="$T" --report-interval=0 run)
+  c1=$(awk '{print $14 + $15}' "/proc/$sp/stat")
   [ -n "$pp" ] && wait "$pp"
   kill "$sp"; wait "$sp" || true
   rm -rf "$dir"
-  local tps p95
+  local tps p95 n cpu
   tps=$(sed -n 's/.*transactions: *[0-9]* *(\([0-9.]*\) per sec.*/\1/p' <<< "$out")
   p95=$(sed -n 's/.*95th percentile: *\([0-9.]*\).*/\1/p' <<< "$out")
-  echo "$tps $p95"
+  n=$(sed -n 's/.*transactions: *\([0-9]*\) *(.*/\1/p' <<< "$out")
+  # The server's CPU time per transaction (user + system, clock ticks of 10 ms): steadier
+  # than tps on a noisy 2-core machine, where sysbench shares the cores.
+  cpu=$(awk -v c="$((c1 - c0))" -v n="$n" 'BEGIN { printf "%.2f", c * 10 / n }')
+  echo "$tps $p95 $cpu"
 }
-printf '%-20s %12s %12s %8s   %s\n' workload "before tps" "after tps" ratio "p95 ms before -> after"
+printf '%-20s %12s %12s %8s   %-22s %s\n' workload "before tps" "after tps" ratio \
+  "p95 ms before -> after" "server CPU ms/txn before -> after (ratio)"
 for w in $WORKLOADS; do
-  read -r b_tps b_p95 < <(run_one "$1" before "$w")
-  read -r a_tps a_p95 < <(run_one "$2" after "$w")
+  read -r b_tps b_p95 b_cpu < <(run_one "$1" before "$w")
+  read -r a_tps a_p95 a_cpu < <(run_one "$2" after "$w")
   ratio=$(awk -v a="$a_tps" -v b="$b_tps" 'BEGIN { printf "%.2fx", a / b }')
-  printf '%-20s %12s %12s %8s   %s -> %s\n' "$w" "$b_tps" "$a_tps" "$ratio" "$b_p95" "$a_p95"
+  cratio=$(awk -v a="$a_cpu" -v b="$b_cpu" 'BEGIN { printf "%.2fx", a / b }')
+  printf '%-20s %12s %12s %8s   %-22s %s -> %s (%s)\n' "$w" "$b_tps" "$a_tps" "$ratio" \
+    "$b_p95 -> $a_p95" "$b_cpu" "$a_cpu" "$cratio"
 done
