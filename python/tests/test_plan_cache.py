@@ -142,6 +142,11 @@ PARAM_QUERIES = [
     ("SELECT id FROM r2 WHERE id > %s ORDER BY id LIMIT %s", "in"),
     ("SELECT id, now() > '2000-01-01'::timestamptz FROM r2 WHERE id < %s ORDER BY id", "i"),
     ("SELECT id FROM r2 WHERE id >= %s AND c <> %s ORDER BY id", "it"),
+    ("SELECT id FROM r2 WHERE id = %s AND id > %s", "ii"),
+    ("SELECT id FROM r2 WHERE id IN (%s, %s, %s) AND id >= %s ORDER BY id", "iiii"),
+    ("SELECT id FROM r2 WHERE k = %s AND id < %s ORDER BY id", "ii"),
+    ("SELECT id FROM r2 WHERE id > %s ORDER BY id DESC LIMIT 3", "i"),
+    ("SELECT count(*) FROM r2 WHERE id >= %s AND id <= %s AND id > %s", "iii"),
 ]
 WORDS = ["x", "y", "z", "w"]
 
@@ -152,6 +157,7 @@ def param_script(seed, steps=240):
     script = [
         ("b", "CREATE TABLE r2 (id INT PRIMARY KEY, k INT, c TEXT)", None),
         ("b", "CREATE TABLE r3 (id INT PRIMARY KEY, k BIGINT)", None),
+        ("b", "CREATE INDEX r2_k ON r2 (k)", None),
         ("b", "INSERT INTO r2 SELECT g, g % 7, substr('xyzw', 1 + g % 4, 1) FROM "
               "generate_series(1, 20) g", None),
         ("b", "INSERT INTO r3 SELECT g, g * 100 FROM generate_series(1, 20, 3) g", None),
@@ -174,7 +180,13 @@ def param_script(seed, steps=240):
             ]), None))
         else:
             sql, kinds = rnd.choice(PARAM_QUERIES)
-            script.append(("a", sql, tuple(value(k) for k in kinds)))
+            values = tuple(value(k) for k in kinds)
+            if rnd.random() < 0.25:  # the same query with the values written as literals
+                text = [("NULL" if v is None else f"'{v}'" if isinstance(v, str) else str(v))
+                        for v in values]
+                script.append(("a", sql.replace("%s", "{}").format(*text), None))
+            else:
+                script.append(("a", sql, values))
     return script
 
 

@@ -36,6 +36,7 @@
 
 pub(crate) mod convert;
 pub(crate) mod dml;
+pub(crate) mod exact;
 pub(crate) mod fast;
 pub(crate) mod fastdml;
 pub(crate) mod format;

@@ -32,6 +32,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use super::exact::Within;
 use super::{RowReader, format, key_columns, keys, table_prefix, table_range};
 use crate::catalog::{ColumnType, TableDef};
 use crate::error::{Result, TableError};
@@ -388,7 +389,18 @@ impl TableProvider for RowTable {
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+        // Comparisons of an integer key with a value are answered by the key range read
+        // (`exact.rs`): DataFusion plans no filter for them.
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if super::exact::is_exact(&self.def, f) {
+                    TableProviderFilterPushDown::Exact
+                } else {
+                    TableProviderFilterPushDown::Inexact
+                }
+            })
+            .collect())
     }
 
     async fn scan(
@@ -398,7 +410,11 @@ impl TableProvider for RowTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let access = access(&self.def, filters);
+        let within = super::exact::within(&self.def, filters)?;
+        let access = match within {
+            Within::Nothing => Access::Ranges(Vec::new()),
+            _ => access(&self.def, filters),
+        };
         let tx = crate::txn::current(state.config());
         let snapshot = match &tx {
             Some(t) => t.snapshot(&self.tables)?.map(|s| s.kv.clone()),
@@ -415,6 +431,7 @@ impl TableProvider for RowTable {
             projected,
             projection.cloned(),
             access,
+            within,
             Arc::new(reader),
             limit,
             self.with_key,
@@ -453,6 +470,8 @@ pub(crate) struct RowScanExec {
     schema: SchemaRef,
     projection: Option<Vec<usize>>,
     access: Access,
+    /// The keys the exact filters allow (`exact.rs`, invariant 2).
+    within: Within,
     reader: Arc<RowReader>,
     limit: Option<usize>,
     with_key: bool,
@@ -473,6 +492,7 @@ impl RowScanExec {
         projected: SchemaRef,
         projection: Option<Vec<usize>>,
         access: Access,
+        within: Within,
         reader: Arc<RowReader>,
         limit: Option<usize>,
         with_key: bool,
@@ -488,6 +508,7 @@ impl RowScanExec {
             schema,
             projection,
             access,
+            within,
             reader,
             limit,
             with_key,
@@ -551,6 +572,7 @@ impl ExecutionPlan for RowScanExec {
             schema: self.schema.clone(),
             projection: self.projection.clone(),
             reader: self.reader.clone(),
+            within: self.within.clone(),
             with_key: self.with_key,
             left: self.limit.unwrap_or(usize::MAX),
         };
@@ -590,6 +612,7 @@ struct Scan {
     schema: SchemaRef,
     projection: Option<Vec<usize>>,
     reader: Arc<RowReader>,
+    within: Within,
     with_key: bool,
     left: usize,
 }
@@ -609,6 +632,10 @@ impl Scan {
         match access {
             Access::Points(points) => {
                 while at < points.len() && rows.len() < BATCH_ROWS {
+                    if !self.within.contains(&points[at]) {
+                        at += 1;
+                        continue;
+                    }
                     if let Some(v) = self.reader.get(&points[at]).await? {
                         rows.push((points[at].clone(), v));
                     }
@@ -622,6 +649,9 @@ impl Scan {
                     let start = resume.take().unwrap_or_else(|| Bound::Included(p.clone()));
                     let (page, next) = self.reader.scan((start, end), BATCH_ROWS).await?;
                     for (_, row_key) in page {
+                        if !self.within.contains(&row_key) {
+                            continue;
+                        }
                         if let Some(v) = self.reader.get(&row_key).await? {
                             rows.push((row_key, v));
                         }
@@ -638,6 +668,7 @@ impl Scan {
                     let start = resume.take().unwrap_or_else(|| s.clone());
                     let (page, next) = self.reader.scan((start, e.clone()), BATCH_ROWS).await?;
                     rows = page;
+                    rows.retain(|(k, _)| self.within.contains(k));
                     match next {
                         Some(r) => resume = Some(r),
                         None => at += 1,
