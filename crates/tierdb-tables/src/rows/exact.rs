@@ -24,6 +24,7 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 
 use super::keys;
+use super::provider::split_and;
 use super::table_prefix;
 use crate::catalog::{ColumnType, TableDef};
 use crate::error::{Result, TableError};
@@ -190,20 +191,6 @@ pub(crate) fn within(def: &TableDef, filters: &[Expr]) -> Result<Within> {
         })
     };
     Ok(Within::Keys(bound(lo)?, bound(hi)?))
-}
-
-fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
-    match e {
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::And,
-            right,
-        }) => {
-            split_and(left, out);
-            split_and(right, out);
-        }
-        other => out.push(other),
-    }
 }
 
 #[cfg(test)]

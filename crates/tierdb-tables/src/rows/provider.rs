@@ -247,7 +247,8 @@ fn key_access(def: &TableDef, filters: &[Expr]) -> Access {
     )
 }
 
-fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
+/// The conjuncts of `e` (`a AND b AND c`: a, b, c) appended to `out`.
+pub(super) fn split_and<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
     match e {
         Expr::BinaryExpr(BinaryExpr {
             left,
