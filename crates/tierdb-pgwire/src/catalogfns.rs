@@ -120,10 +120,31 @@ fn setting(name: &str) -> Option<String> {
     )
 }
 
-/// `current_setting(name [, missing_ok])`.
+/// `current_setting(name [, missing_ok])`; `search_path` is the session's once it set one.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct CurrentSetting {
     signature: Signature,
+    search_path: Option<String>,
+}
+
+impl CurrentSetting {
+    fn new(search_path: Option<String>) -> Self {
+        CurrentSetting {
+            signature: Signature::one_of(
+                vec![
+                    TypeSignature::Exact(vec![DataType::Utf8]),
+                    TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
+                ],
+                Volatility::Stable,
+            ),
+            search_path,
+        }
+    }
+}
+
+/// `current_setting` of a session that ran `SET search_path` (`text` as it gives it back).
+pub(crate) fn current_setting_with_path(text: &str) -> ScalarUDF {
+    ScalarUDF::new_from_impl(CurrentSetting::new(Some(text.to_string())))
 }
 
 impl ScalarUDFImpl for CurrentSetting {
@@ -150,7 +171,11 @@ impl ScalarUDFImpl for CurrentSetting {
                 continue;
             }
             let name = names.value(i);
-            match setting(name) {
+            let value = match &self.search_path {
+                Some(p) if name.eq_ignore_ascii_case("search_path") => Some(p.clone()),
+                _ => setting(name),
+            };
+            match value {
                 Some(v) => out.push(Some(v)),
                 None if missing_ok
                     .as_ref()
@@ -232,15 +257,7 @@ impl ScalarUDFImpl for NoDefinition {
 
 pub(crate) fn install(engine: &SqlEngine) {
     let ctx = engine.context();
-    ctx.register_udf(ScalarUDF::new_from_impl(CurrentSetting {
-        signature: Signature::one_of(
-            vec![
-                TypeSignature::Exact(vec![DataType::Utf8]),
-                TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
-            ],
-            Volatility::Stable,
-        ),
-    }));
+    ctx.register_udf(ScalarUDF::new_from_impl(CurrentSetting::new(None)));
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
         signature: Signature::any(1, Volatility::Immutable),
     }));

@@ -218,22 +218,24 @@ impl ConnState {
             session
                 .refuse_if_aborted(kind)
                 .map_err(|e| table_error(&e))?;
-            return crate::show::reset(&r.reset).map(|tag| Response::Execution(Tag::new(tag)));
+            let tag = crate::show::reset(&r.reset)?;
+            if crate::show::resets_search_path(&r.reset) {
+                reset_search_path(&session, client);
+            }
+            return Ok(Response::Execution(Tag::new(tag)));
         }
         if is_set_or_show(&stmt) {
             session
                 .refuse_if_aborted(kind)
                 .map_err(|e| table_error(&e))?;
-            if let Some(path) = crate::show::search_path(&stmt) {
-                let stored: Vec<String> = session
-                    .tables()
-                    .schemas()
-                    .await
-                    .map_err(|e| table_error(&e))?
-                    .into_iter()
-                    .map(|s| s.name)
-                    .collect();
-                crate::show::check_search_path(&path, &stored)?;
+            // SET search_path: the session resolves unqualified names by it
+            // (`tierdb_tables::sql::searchpath`); SHOW answers it from the metadata.
+            if let (Some(path), Some(text)) = (
+                crate::show::search_path(&stmt),
+                crate::show::search_path_text(&stmt),
+            ) {
+                set_search_path(&session, client, path, &text);
+                return Ok(Response::Execution(Tag::new("SET")));
             }
             // SET TIME ZONE: checked and applied to the session here (the hook below only
             // records it for SHOW; its change of the context's options is lost).
@@ -266,6 +268,7 @@ impl ConnState {
             }
             Statement::Discard { .. } => {
                 session.rollback().await;
+                reset_search_path(&session, client);
                 return Ok(Response::Execution(Tag::new("DISCARD ALL")));
             }
             Statement::Copy { .. } => {
@@ -359,6 +362,29 @@ impl ConnState {
 
 /// The time zone the client's metadata names (`timezone`, or `TimeZone` as pgjdbc sends
 /// it at startup), if any.
+/// The session's `search_path`: for name resolution, `current_setting` and SHOW (`text`
+/// as they give it back).
+fn set_search_path(
+    session: &SqlSession,
+    client: &mut dyn ClientInfo,
+    path: Vec<String>,
+    text: &str,
+) {
+    session.set_search_path(path);
+    session
+        .context()
+        .register_udf(crate::catalogfns::current_setting_with_path(text));
+    client
+        .metadata_mut()
+        .insert("search_path".to_string(), text.to_string());
+}
+
+/// Back to the default `search_path` (RESET search_path, DISCARD ALL).
+fn reset_search_path(session: &SqlSession, client: &mut dyn ClientInfo) {
+    let public = vec![tierdb_tables::sql::SCHEMA.to_string()];
+    set_search_path(session, client, public, "\"$user\", public");
+}
+
 fn client_time_zone<C: ClientInfo>(client: &C) -> Option<String> {
     let m = client.metadata();
     m.get("timezone")

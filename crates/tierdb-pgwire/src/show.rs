@@ -72,21 +72,25 @@ pub(crate) fn search_path(stmt: &Statement) -> Option<Vec<String>> {
     Some(out)
 }
 
-/// `SET search_path` naming a stored schema other than `public`: tierdb resolves
-/// unqualified names in `public` alone, so such a path would silently read public's
-/// relation where PostgreSQL reads the schema's. Refused, saying what to do; a path of
-/// `public`, `pg_catalog` and schemas that do not exist changes nothing and is accepted.
-pub(crate) fn check_search_path(path: &[String], stored: &[String]) -> PgWireResult<()> {
-    match path.iter().find(|s| stored.contains(s)) {
-        Some(s) => Err(crate::errors::user_error(
-            "0A000",
-            format!(
-                "SET search_path to schema {s} is not supported: tierdb looks unqualified \
-                 names up in public only; name the relations with their schema ({s}.name)"
-            ),
-        )),
-        None => Ok(()),
-    }
+/// `SET search_path`'s value as `SHOW search_path` and `current_setting` give it back: the
+/// names as written, separated by `, `.
+pub(crate) fn search_path_text(stmt: &Statement) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{Expr, Set, Value};
+    let Statement::Set(Set::SingleAssignment { values, .. }) = stmt else {
+        return None;
+    };
+    search_path(stmt)?;
+    let parts: Vec<String> = values
+        .iter()
+        .map(|v| match v {
+            Expr::Value(v) => match &v.value {
+                Value::SingleQuotedString(s) => s.clone(),
+                other => other.to_string(),
+            },
+            other => other.to_string(),
+        })
+        .collect();
+    Some(parts.join(", "))
 }
 
 /// `RESET x` (pg_dump's `RESET search_path` after it looked tables up by pattern): the
@@ -113,6 +117,12 @@ pub(crate) fn reset(
         ));
     }
     Ok("RESET")
+}
+
+/// Whether RESET `what` sets `search_path` back to its default.
+pub(crate) fn resets_search_path(what: &datafusion::sql::sqlparser::ast::Reset) -> bool {
+    matches!(what, datafusion::sql::sqlparser::ast::Reset::ConfigurationParameter(n)
+        if n.to_string().eq_ignore_ascii_case("search_path"))
 }
 
 /// The name of a `SHOW` statement's variable, lower case (`tierdb.role`).
@@ -218,7 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn a_search_path_through_a_stored_schema_is_refused() {
+    fn a_search_paths_schemas_and_text() {
         use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
         let path = |sql: &str| {
             let s = Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("parse");
@@ -234,8 +244,15 @@ mod tests {
             Some(vec!["x".to_string(), "Y".to_string()])
         );
         assert_eq!(path("SET TIME ZONE 'UTC'"), None);
-        let stored = vec!["an".to_string()];
-        assert!(check_search_path(&["public".into(), "missing".into()], &stored).is_ok());
-        assert!(check_search_path(&["an".into(), "public".into()], &stored).is_err());
+        let text = |sql: &str| {
+            let s = Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("parse");
+            search_path_text(&s[0])
+        };
+        assert_eq!(
+            text("SET search_path TO An, \"$user\", public").as_deref(),
+            Some("An, \"$user\", public")
+        );
+        assert_eq!(text("SET search_path = 'x, y'").as_deref(), Some("x, y"));
+        assert_eq!(text("SET TIME ZONE 'UTC'"), None);
     }
 }

@@ -66,9 +66,12 @@ impl ConnState {
                 else {
                     return Err(user_error("42601", "COPY FROM needs a table".into()));
                 };
-                // The catalog name: `s.t` is schema s's table, not public's `t`.
-                let name = tierdb_tables::sql::relation_name(&table_name)
-                    .unwrap_or_else(|| table_name.to_string());
+                // The catalog name: `s.t` is schema s's table, not public's `t`; an
+                // unqualified name is found by the session's search_path.
+                let name = session
+                    .resolve_relation(&table_name)
+                    .await
+                    .map_err(|e| table_error(&e))?;
                 let def = session
                     .tables()
                     .require(&name)

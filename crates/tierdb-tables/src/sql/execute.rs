@@ -60,12 +60,13 @@ impl SqlSession {
         if let Some(outcome) = self.set_transaction(&stmt)? {
             return Ok(outcome);
         }
+        self.schema.refresh().await?;
+        self.qualify(&mut stmt)?;
         if let DfStatement::Statement(s) = &stmt
             && let SqlStatement::Lock(lock) = s.as_ref()
         {
             return self.lock_tables(lock).await;
         }
-        self.schema.refresh().await?;
         let mut plan = plan;
         if let Some(outcome) = self.temp_statement(&stmt, &mut plan).await? {
             return Ok(outcome);

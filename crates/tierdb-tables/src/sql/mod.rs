@@ -36,6 +36,7 @@ mod isolation;
 mod namespaces;
 mod plancache;
 mod returning;
+mod searchpath;
 mod seqstmt;
 mod serial;
 mod session;
@@ -270,6 +271,7 @@ impl SqlEngine {
                 interrupt,
                 temp,
                 settings: Default::default(),
+                search_path: searchpath::SearchPath::default(),
                 plan_cache: Default::default(),
             },
         })
@@ -344,6 +346,7 @@ impl SqlEngine {
             interrupt,
             temp,
             settings: Default::default(),
+            search_path: searchpath::SearchPath::default(),
             plan_cache: Default::default(),
         }
     }

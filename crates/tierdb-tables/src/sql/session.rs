@@ -65,6 +65,8 @@ pub struct SqlSession {
     pub(super) temp: Arc<super::temp::TempTables>,
     /// Bumped by every change of the session's settings (`plancache.rs`, invariant 3).
     pub(super) settings: std::sync::atomic::AtomicU64,
+    /// The schemas unqualified names are looked up in (`searchpath.rs`).
+    pub(super) search_path: super::searchpath::SearchPath,
     pub(super) plan_cache: super::plancache::PlanCacheStats,
 }
 
@@ -587,6 +589,7 @@ impl SqlSession {
         }
         self.schema.refresh().await?;
         let mut stmt = stmt.clone();
+        self.qualify(&mut stmt)?;
         crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
         if let Some(clause) = super::upsert::take(&mut stmt)? {
             return Ok(Some(self.upsert_plan(&stmt, &clause).await?));
