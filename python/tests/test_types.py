@@ -107,8 +107,10 @@ def test_values_read_back_as_postgresql_reads_them(both):
 def test_result_columns_carry_postgresql_types_and_typmods(both):
     pg, td = both
     sql = "SELECT * FROM ty"
-    want = [(d.name, d.type_code) for d in pg.execute(sql).description]
-    got = [(d.name, d.type_code) for d in td.execute(sql).description]
+    # Name, type OID and type size (pg_type.typlen: the width of a fixed-size type, psycopg's
+    # None for a variable-length one).
+    want = [(d.name, d.type_code, d.internal_size) for d in pg.execute(sql).description]
+    got = [(d.name, d.type_code, d.internal_size) for d in td.execute(sql).description]
     assert got == want
     # The declared length and precision reach the client (psycopg's display sizes).
     cols = {d.name: d for d in td.execute(sql).description}

@@ -120,8 +120,56 @@ pub(crate) fn pg_description(
     Ok(Arc::new(ViewTable::new(plan, None)))
 }
 
-/// Every `obj_description` and `col_description` in `stmt` a [`description_lookup`].
+/// Every `obj_description` and `col_description` in `stmt` a [`description_lookup`]; one
+/// selected without an alias keeps the function's name as its column's, as in PostgreSQL
+/// (the subquery would be named after its aggregate).
 pub(crate) fn description_lookups(stmt: &mut datafusion::sql::sqlparser::ast::Statement) {
+    use datafusion::sql::sqlparser::ast::{Expr, Query, SelectItem, SetExpr, VisitMut, VisitorMut};
+    struct Names;
+    impl VisitorMut for Names {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &mut Query) -> std::ops::ControlFlow<()> {
+            if let SetExpr::Select(select) = q.body.as_mut() {
+                // A name two columns would take is left alone: a DataFusion projection
+                // cannot hold two columns of one name.
+                let named = |item: &SelectItem, name: &str| match item {
+                    SelectItem::UnnamedExpr(Expr::Function(f)) => f
+                        .name
+                        .0
+                        .last()
+                        .and_then(|p| p.as_ident())
+                        .is_some_and(|i| i.value.eq_ignore_ascii_case(name)),
+                    SelectItem::ExprWithAlias { alias, .. } => {
+                        alias.value.eq_ignore_ascii_case(name)
+                    }
+                    _ => false,
+                };
+                let once =
+                    |name: &str| select.projection.iter().filter(|i| named(i, name)).count() == 1;
+                let unique = ["obj_description", "col_description"].map(once);
+                for item in &mut select.projection {
+                    let SelectItem::UnnamedExpr(e @ Expr::Function(_)) = item else {
+                        continue;
+                    };
+                    let Expr::Function(f) = &*e else { continue };
+                    let Some(name) = f.name.0.last().and_then(|p| p.as_ident()).cloned() else {
+                        continue;
+                    };
+                    let lower = name.value.to_lowercase();
+                    if (lower == "obj_description" && unique[0])
+                        || (lower == "col_description" && unique[1])
+                    {
+                        *item = SelectItem::ExprWithAlias {
+                            expr: e.clone(),
+                            alias: datafusion::sql::sqlparser::ast::Ident::new(lower),
+                        };
+                    }
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = stmt.visit(&mut Names);
     let _ = datafusion::sql::sqlparser::ast::visit_expressions_mut(stmt, |e| {
         if let Some(lookup) = description_lookup(e) {
             *e = lookup;
@@ -253,5 +301,31 @@ mod tests {
         );
         assert_eq!(got("obj_description(p.oid, 'pg_proc')"), None);
         assert_eq!(got("upper(x)"), None);
+    }
+
+    #[test]
+    fn a_description_selected_unnamed_keeps_the_functions_name() {
+        use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
+        let mut s = Parser::parse_sql(
+            &PostgreSqlDialect {},
+            "SELECT obj_description(c.oid, 'pg_class'), col_description(c.oid, 1) AS d \
+             FROM pg_class c",
+        )
+        .expect("parse")
+        .remove(0);
+        description_lookups(&mut s);
+        let text = s.to_string();
+        assert!(text.contains(") AS obj_description,"), "{text}");
+        assert!(text.contains(") AS d FROM"), "{text}");
+        assert!(!text.contains("obj_description("), "{text}");
+        // Two of one name stay unnamed (DataFusion's projection needs distinct names).
+        let mut s = Parser::parse_sql(
+            &PostgreSqlDialect {},
+            "SELECT col_description(1, 2), col_description(1, 1)",
+        )
+        .expect("parse")
+        .remove(0);
+        description_lookups(&mut s);
+        assert!(!s.to_string().contains("AS col_description"), "{s}");
     }
 }

@@ -25,8 +25,28 @@ pub(crate) fn describe(
     Ok(fields
         .into_iter()
         .zip(schema.fields())
-        .map(|(info, f)| declared(info, f))
+        .map(|(info, f)| {
+            let info = declared(info, f);
+            let size = type_size(info.datatype());
+            info.with_type_size(size)
+        })
         .collect())
+}
+
+/// RowDescription's type size: `pg_type.typlen` of the type, as PostgreSQL sends it (the
+/// width of a fixed-size type, -1 for a variable-length one; arrow-pg leaves it 0).
+fn type_size(ty: &pgwire::api::Type) -> i16 {
+    use pgwire::api::Type;
+    match *ty {
+        Type::BOOL | Type::CHAR => 1,
+        Type::INT2 => 2,
+        Type::INT4 | Type::FLOAT4 | Type::DATE | Type::OID | Type::REGCLASS | Type::REGTYPE => 4,
+        Type::INT8 | Type::FLOAT8 | Type::TIME | Type::TIMESTAMP | Type::TIMESTAMPTZ => 8,
+        Type::TIMETZ => 12,
+        Type::INTERVAL | Type::UUID => 16,
+        Type::NAME => 64,
+        _ => -1,
+    }
 }
 
 /// `info` with the type and typmod `field` declares (see [`describe`]).
@@ -425,5 +445,23 @@ mod describe_tests {
                 (Type::TEXT, -1)
             ]
         );
+        // The type sizes PostgreSQL sends: -1 for every variable-length type.
+        assert!(fields.iter().all(|f| f.type_size() == -1));
+    }
+
+    #[test]
+    fn fixed_size_types_report_their_width() {
+        let schema = Schema::new(vec![
+            Field::new("b", DataType::Boolean, true),
+            Field::new("s", DataType::Int16, true),
+            Field::new("i", DataType::Int32, true),
+            Field::new("l", DataType::Int64, true),
+            Field::new("d", DataType::Float64, true),
+            Field::new("day", DataType::Date32, true),
+        ]);
+        let fields =
+            describe(&schema, &pgwire::api::portal::Format::UnifiedText, None).expect("fields");
+        let sizes: Vec<i16> = fields.iter().map(|f| f.type_size()).collect();
+        assert_eq!(sizes, [1, 2, 4, 8, 8, 4]);
     }
 }

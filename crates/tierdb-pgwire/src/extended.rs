@@ -128,13 +128,10 @@ impl QueryParser for ConnState {
                 .map(|v| v.value.to_lowercase())
                 .collect::<Vec<_>>()
                 .join("_");
-            return Ok(vec![FieldInfo::new(
-                name,
-                None,
-                None,
-                Type::VARCHAR,
-                FieldFormat::Text,
-            )]);
+            return Ok(vec![
+                FieldInfo::new(name, None, None, Type::VARCHAR, FieldFormat::Text)
+                    .with_type_size(-1),
+            ]);
         }
         // UPDATE and DELETE are planned as the query that names their rows (tierdb-tables'
         // `dml`), but answer with a command tag and no rows (NoData).

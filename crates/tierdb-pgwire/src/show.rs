@@ -200,13 +200,9 @@ pub(crate) fn show_isolation(
 
 /// A one-row, one-column text answer named `name`.
 fn one_value(name: String, value: String) -> Response {
-    let fields = Arc::new(vec![FieldInfo::new(
-        name,
-        None,
-        None,
-        Type::TEXT,
-        FieldFormat::Text,
-    )]);
+    let fields = Arc::new(vec![
+        FieldInfo::new(name, None, None, Type::TEXT, FieldFormat::Text).with_type_size(-1),
+    ]);
     let mut encoder = pgwire::api::results::DataRowEncoder::new(fields.clone());
     let row = encoder
         .encode_field(&Some(value))
