@@ -51,6 +51,7 @@ pub mod readahead;
 pub mod rows;
 pub mod schemas;
 pub mod segment;
+pub mod setschema;
 pub mod sql;
 pub mod tables;
 pub mod textvalue;

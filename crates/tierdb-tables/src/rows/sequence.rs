@@ -130,6 +130,15 @@ impl Sequences {
     pub(crate) fn forget(&self, name: &str) {
         self.reserved.lock().remove(name);
     }
+
+    /// The values reserved for sequence `from` are now `to`'s (a sequence moved to another
+    /// schema: the same sequence under a new catalog name).
+    pub(crate) fn rename(&self, from: &str, to: &str) {
+        let mut reserved = self.reserved.lock();
+        if let Some(r) = reserved.remove(from) {
+            reserved.insert(to.to_string(), r);
+        }
+    }
 }
 
 fn no_sequence(name: &str) -> TableError {

@@ -487,6 +487,10 @@ impl SqlSession {
                 }
                 "CREATE SCHEMA"
             }
+            SqlStatement::AlterSchema(a) => self.alter_schema(a).await?,
+            SqlStatement::Call(f) if super::setschema_stmt::call_arguments(f).is_some() => {
+                self.set_schema_call(f).await?
+            }
             SqlStatement::Drop {
                 object_type: ObjectType::Schema,
                 names,

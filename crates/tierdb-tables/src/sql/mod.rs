@@ -40,6 +40,7 @@ mod searchpath;
 mod seqstmt;
 mod serial;
 mod session;
+mod setschema_stmt;
 mod temp;
 mod temp_stmt;
 mod upsert;
@@ -582,6 +583,10 @@ impl StatementKind {
             | SqlStatement::CreateIndex(_)
             | SqlStatement::CreateSequence { .. } => StatementKind::Ddl,
             SqlStatement::Call(f) if seqstmt::call_arguments(f).is_some() => StatementKind::Ddl,
+            SqlStatement::Call(f) if setschema_stmt::call_arguments(f).is_some() => {
+                StatementKind::Ddl
+            }
+            SqlStatement::AlterSchema(_) => StatementKind::Ddl,
             SqlStatement::Vacuum(_) => StatementKind::Vacuum,
             SqlStatement::Lock(_) => StatementKind::Lock,
             SqlStatement::Insert(_) | SqlStatement::Update(_) | SqlStatement::Delete(_) => {

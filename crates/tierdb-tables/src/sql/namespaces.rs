@@ -146,8 +146,8 @@ pub(super) fn renamed(
             return Err(TableError::Column {
                 code: "42601",
                 message: format!(
-                    "cannot move {from} to another schema by renaming it ({to}); tierdb \
-                     does not support ALTER TABLE … SET SCHEMA"
+                    "cannot move {from} to another schema by renaming it ({to}); move it \
+                     with ALTER TABLE … SET SCHEMA"
                 ),
             });
         }

@@ -37,7 +37,8 @@ pub const PROCEDURE: &str = "tierdb_alter_sequence";
 /// `sql` with each ALTER SEQUENCE statement as a CALL of [`PROCEDURE`] (module doc);
 /// other statements as they are.
 pub fn rewrite(sql: &str) -> Cow<'_, str> {
-    if !sql.to_ascii_lowercase().contains("sequence") {
+    let lower = sql.to_ascii_lowercase();
+    if !lower.contains("sequence") && !lower.contains("schema") {
         return sql.into();
     }
     let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
@@ -56,7 +57,10 @@ pub fn rewrite(sql: &str) -> Cow<'_, str> {
     let mut changed = false;
     let mut out = String::with_capacity(sql.len());
     for s in &statements {
-        match as_call(s).or_else(|| reordered(s)) {
+        match super::setschema_stmt::as_call(s)
+            .or_else(|| as_call(s))
+            .or_else(|| reordered(s))
+        {
             Some(text) => {
                 changed = true;
                 out.push_str(&text);
@@ -67,11 +71,11 @@ pub fn rewrite(sql: &str) -> Cow<'_, str> {
     if changed { out.into() } else { sql.into() }
 }
 
-fn is_space(t: &Token) -> bool {
+pub(super) fn is_space(t: &Token) -> bool {
     matches!(t, Token::Whitespace(_))
 }
 
-fn keyword(t: &Token, k: Keyword) -> bool {
+pub(super) fn keyword(t: &Token, k: Keyword) -> bool {
     matches!(t, Token::Word(w) if w.keyword == k)
 }
 
@@ -255,6 +259,8 @@ pub(crate) enum Change {
     OwnedBy(Option<(String, String)>),
     /// The next value; `None`: START.
     Restart(Option<i64>),
+    /// SET SCHEMA: the schema's name.
+    SetSchema(String),
 }
 
 fn unsupported(clause: &str) -> TableError {
@@ -262,7 +268,8 @@ fn unsupported(clause: &str) -> TableError {
         code: "0A000",
         message: format!(
             "ALTER SEQUENCE … {clause} is not supported: tierdb alters a sequence with \
-             OWNED BY table.column | NONE and RESTART [WITH n] (setval changes its value)"
+             OWNED BY table.column | NONE, RESTART [WITH n] (setval changes its value) and \
+             SET SCHEMA s"
         ),
     }
 }
@@ -297,6 +304,11 @@ pub(crate) fn change(clause: &str) -> Result<Change> {
                     });
                 }
             }
+        }
+    } else if p.parse_keywords(&[Keyword::SET, Keyword::SCHEMA]) {
+        match p.parse_identifier() {
+            Ok(id) => Change::SetSchema(super::ident_name(&id)),
+            Err(_) => return Err(unsupported(clause)),
         }
     } else if p.parse_keyword(Keyword::RESTART) {
         let _ = p.parse_keyword(Keyword::WITH);
@@ -333,6 +345,15 @@ pub(crate) async fn run(tables: &Tables, name: &str, clause: &str) -> Result<()>
         })?;
     match change(clause)? {
         Change::OwnedBy(owner) => tables.set_sequence_owner(&seq_name, owner).await,
+        Change::SetSchema(schema) => tables
+            .set_schema(
+                crate::setschema::RelationKind::Sequence,
+                &seq_name,
+                &schema,
+                false,
+            )
+            .await
+            .map(|_| ()),
         Change::Restart(value) => {
             let def = tables
                 .sequence(&seq_name)
