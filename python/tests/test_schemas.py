@@ -155,6 +155,8 @@ SEARCH_PATH = [
     "INSERT INTO s (v) VALUES ('x'), ('y')",
     "COPY s (id, v) FROM STDIN",
     "SELECT * FROM s ORDER BY id",
+    "SELECT nextval('s_id_seq'), currval('s_id_seq')",
+    "SELECT setval('s_id_seq', 20)",
     "UPDATE t SET b = 'changed' WHERE a IN (SELECT a FROM public.t)",
     "DELETE FROM t WHERE a = 5",
     "INSERT INTO t SELECT id + 10, v FROM s",
@@ -209,6 +211,7 @@ def test_a_search_path_resolves_names_as_postgresql(servers):
     ]
     # The script means what it says: names resolved to sp's relations, the view kept.
     assert ("rows", [("1", "changed"), ("11", "x"), ("12", "y"), ("17", "copied")]) in got["tierdb"]
+    assert ("rows", [("3", "3")]) in got["tierdb"]
     assert got["tierdb"][SEARCH_PATH.index("CREATE TABLE z (a INT)")] == ("error", "3F000")
 
 

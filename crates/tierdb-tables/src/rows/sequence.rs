@@ -370,6 +370,14 @@ pub fn bind_to_session(
 
 /// The sequence functions of one session (`currval` is the session's last `nextval`).
 pub fn functions(tables: &Arc<Tables>) -> Vec<ScalarUDF> {
+    functions_resolving(tables, None)
+}
+
+/// How a session finds the sequence an unqualified name means (its search path).
+pub type Resolve = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// [`functions`] whose unqualified sequence names `resolve` qualifies.
+pub fn functions_resolving(tables: &Arc<Tables>, resolve: Option<Resolve>) -> Vec<ScalarUDF> {
     let last = Arc::new(parking_lot::Mutex::new(HashMap::new()));
     [Which::Next, Which::Curr, Which::Set]
         .into_iter()
@@ -379,6 +387,7 @@ pub fn functions(tables: &Arc<Tables>) -> Vec<ScalarUDF> {
                 tables: tables.clone(),
                 last: last.clone(),
                 signature: signature(which),
+                resolve: resolve.clone(),
             })
         })
         .collect()
@@ -408,6 +417,7 @@ struct SeqFn {
     tables: Arc<Tables>,
     last: Arc<parking_lot::Mutex<HashMap<String, i64>>>,
     signature: Signature,
+    resolve: Option<Resolve>,
 }
 
 impl std::fmt::Debug for SeqFn {
@@ -511,7 +521,12 @@ impl ScalarUDFImpl for SeqFn {
                 out.push(None);
                 continue;
             }
-            let name = sequence_name(names.value(i));
+            let mut name = sequence_name(names.value(i));
+            if let Some(resolve) = &self.resolve
+                && !name.contains('.')
+            {
+                name = resolve(&name);
+            }
             let v = match self.which {
                 Which::Next => {
                     let v = match self.tables.sequences.take(&name) {

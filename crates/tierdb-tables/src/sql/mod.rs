@@ -272,7 +272,7 @@ impl SqlEngine {
                 interrupt,
                 temp,
                 settings: Default::default(),
-                search_path: searchpath::SearchPath::default(),
+                search_path: Default::default(),
                 plan_cache: Default::default(),
             },
         })
@@ -331,8 +331,10 @@ impl SqlEngine {
             .with_catalog_list(Arc::new(catalogs))
             .build();
         let ctx = SessionContext::new_with_state(state);
-        // currval() is the session's own.
-        for f in crate::rows::sequence::functions(&self.tables) {
+        // currval() is the session's own, and nextval('s') finds `s` by its search path.
+        let search_path = Arc::new(searchpath::SearchPath::default());
+        let resolve = searchpath::sequence_resolver(&search_path, &self.session.schema);
+        for f in crate::rows::sequence::functions_resolving(&self.tables, Some(resolve)) {
             ctx.register_udf(f);
         }
         SqlSession {
@@ -347,7 +349,7 @@ impl SqlEngine {
             interrupt,
             temp,
             settings: Default::default(),
-            search_path: searchpath::SearchPath::default(),
+            search_path,
             plan_cache: Default::default(),
         }
     }

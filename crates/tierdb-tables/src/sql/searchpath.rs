@@ -26,8 +26,10 @@
 //! 6. A change of the path is a change of the session's settings: the plans kept for
 //!    prepared statements are made again (`plancache.rs` invariant 3).
 //!
-//! Not rewritten: relation names inside strings (`nextval('s')`, `'t'::regclass`, ALTER
-//! SEQUENCE's), which stay `public`'s unless qualified.
+//! Sequence functions (`nextval('s')`, `currval`, `setval`) find an unqualified sequence
+//! by the path when they run ([`sequence_resolver`]). Not rewritten: other relation names
+//! inside strings (`'t'::regclass`, ALTER SEQUENCE's), which stay `public`'s unless
+//! qualified.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -234,6 +236,29 @@ impl Default for SearchPath {
     fn default() -> Self {
         SearchPath(parking_lot::RwLock::new(Arc::new(vec![SCHEMA.to_string()])))
     }
+}
+
+/// The sequence an unqualified `name` (`nextval('s')`) means: in the first schema of the
+/// path holding a relation of that name; `public`'s otherwise.
+pub(crate) fn sequence_resolver(
+    path: &Arc<SearchPath>,
+    stored: &Arc<TierSchema>,
+) -> crate::rows::sequence::Resolve {
+    let path = path.clone();
+    let stored = stored.clone();
+    Arc::new(move |name: &str| {
+        let path = path.0.read().clone();
+        if path.len() == 1 && path[0] == SCHEMA {
+            return name.to_string();
+        }
+        for s in existing_now(&stored, &path) {
+            let q = qualified(&s, name);
+            if SchemaProvider::table_exist(stored.as_ref(), &q) {
+                return q;
+            }
+        }
+        name.to_string()
+    })
 }
 
 /// The session's view of the catalog, for the resolution.

@@ -66,7 +66,7 @@ pub struct SqlSession {
     /// Bumped by every change of the session's settings (`plancache.rs`, invariant 3).
     pub(super) settings: std::sync::atomic::AtomicU64,
     /// The schemas unqualified names are looked up in (`searchpath.rs`).
-    pub(super) search_path: super::searchpath::SearchPath,
+    pub(super) search_path: Arc<super::searchpath::SearchPath>,
     pub(super) plan_cache: super::plancache::PlanCacheStats,
 }
 
