@@ -212,8 +212,14 @@ fn as_call(tokens: &[Token]) -> Option<String> {
     };
     let name = text(name_start, name_end);
     let clause = text(name_end, tokens.len());
+    Some(call_text(tokens, PROCEDURE, &[&name, &clause]))
+}
+
+/// `CALL procedure('arg', …)` in place of the statement of `tokens`: each argument a quoted
+/// string, the white space before the statement (after the previous one's semicolon) and
+/// its semicolon kept.
+pub(super) fn call_text(tokens: &[Token], procedure: &str, args: &[&str]) -> String {
     let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
-    // The white space before the statement (after the previous one's semicolon) stays.
     let lead: String = tokens
         .iter()
         .take_while(|t| is_space(t))
@@ -224,11 +230,8 @@ fn as_call(tokens: &[Token]) -> Option<String> {
     } else {
         ""
     };
-    Some(format!(
-        "{lead}CALL {PROCEDURE}({}, {}){end}",
-        quote(&name),
-        quote(&clause)
-    ))
+    let args: Vec<String> = args.iter().map(|a| quote(a)).collect();
+    format!("{lead}CALL {procedure}({}){end}", args.join(", "))
 }
 
 /// The name and clause of a CALL of [`PROCEDURE`]; `None` for other calls.

@@ -15,7 +15,7 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 
 use super::SqlSession;
 use super::namespaces::schema_ident;
-use super::seqstmt::{is_space, keyword};
+use super::seqstmt::{call_text, is_space, keyword};
 use crate::error::{Result, TableError};
 use crate::setschema::RelationKind;
 
@@ -75,24 +75,12 @@ pub(super) fn as_call(tokens: &[Token]) -> Option<String> {
     {
         return None;
     }
-    let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
     let name: String = name.iter().map(|t| t.to_string()).collect();
-    let lead: String = tokens
-        .iter()
-        .take_while(|t| is_space(t))
-        .map(|t| t.to_string())
-        .collect();
-    let end = if tokens.last() == Some(&Token::SemiColon) {
-        ";"
-    } else {
-        ""
-    };
-    Some(format!(
-        "{lead}CALL {PROCEDURE}({}, {}, {}, {}){end}",
-        quote(kind),
-        quote(&name),
-        quote(&schema.to_string()),
-        quote(if if_exists { "if exists" } else { "" })
+    let if_exists = if if_exists { "if exists" } else { "" };
+    Some(call_text(
+        tokens,
+        PROCEDURE,
+        &[kind, &name, &schema.to_string(), if_exists],
     ))
 }
 
