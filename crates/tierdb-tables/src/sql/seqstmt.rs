@@ -236,23 +236,31 @@ pub(super) fn call_text(tokens: &[Token], procedure: &str, args: &[&str]) -> Str
 
 /// The name and clause of a CALL of [`PROCEDURE`]; `None` for other calls.
 pub fn call_arguments(f: &Function) -> Option<(String, String)> {
-    if !f.name.to_string().eq_ignore_ascii_case(PROCEDURE) {
+    match call_strings(f, PROCEDURE)?.as_slice() {
+        [n, c] => Some((n.clone(), c.clone())),
+        _ => None,
+    }
+}
+
+/// The arguments of a CALL of `procedure` that [`call_text`] wrote, all strings; `None`
+/// for a call of another procedure or with another argument.
+pub(super) fn call_strings(f: &Function, procedure: &str) -> Option<Vec<String>> {
+    if !f.name.to_string().eq_ignore_ascii_case(procedure) {
         return None;
     }
     let FunctionArguments::List(list) = &f.args else {
         return None;
     };
-    let text = |a: &FunctionArg| match a {
-        FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) => match &v.value {
-            Value::SingleQuotedString(s) => Some(s.clone()),
+    list.args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) => match &v.value {
+                Value::SingleQuotedString(s) => Some(s.clone()),
+                _ => None,
+            },
             _ => None,
-        },
-        _ => None,
-    };
-    match list.args.as_slice() {
-        [n, c] => Some((text(n)?, text(c)?)),
-        _ => None,
-    }
+        })
+        .collect()
 }
 
 /// What an ALTER SEQUENCE asks for.

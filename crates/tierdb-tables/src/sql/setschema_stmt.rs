@@ -4,10 +4,7 @@
 //! '<name>', '<schema>', '<if exists>')` with the name and schema as written, carried out
 //! by [`crate::tables::Tables::set_schema`] (`setschema.rs`).
 
-use datafusion::sql::sqlparser::ast::{
-    AlterSchema, AlterSchemaOperation, Expr, Function, FunctionArg, FunctionArgExpr,
-    FunctionArguments, Value,
-};
+use datafusion::sql::sqlparser::ast::{AlterSchema, AlterSchemaOperation, Function};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -15,7 +12,7 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 
 use super::SqlSession;
 use super::namespaces::schema_ident;
-use super::seqstmt::{call_text, is_space, keyword};
+use super::seqstmt::{call_strings, call_text, is_space, keyword};
 use crate::error::{Result, TableError};
 use crate::setschema::RelationKind;
 
@@ -87,28 +84,13 @@ pub(super) fn as_call(tokens: &[Token]) -> Option<String> {
 /// What a CALL of [`PROCEDURE`] moves: (kind, name, schema, if exists), the names as
 /// written; `None` for other calls.
 pub fn call_arguments(f: &Function) -> Option<(RelationKind, String, String, bool)> {
-    if !f.name.to_string().eq_ignore_ascii_case(PROCEDURE) {
-        return None;
-    }
-    let FunctionArguments::List(list) = &f.args else {
-        return None;
-    };
-    let text = |a: &FunctionArg| match a {
-        FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) => match &v.value {
-            Value::SingleQuotedString(s) => Some(s.clone()),
-            _ => None,
-        },
-        _ => None,
-    };
-    let [k, n, s, e] = list.args.as_slice() else {
-        return None;
-    };
-    let kind = match text(k)?.as_str() {
+    let [k, n, s, e] = call_strings(f, PROCEDURE)?.try_into().ok()?;
+    let kind = match k.as_str() {
         "table" => RelationKind::Table,
         "view" => RelationKind::View,
         _ => return None,
     };
-    Some((kind, text(n)?, text(s)?, !text(e)?.is_empty()))
+    Some((kind, n, s, !e.is_empty()))
 }
 
 impl SqlSession {
