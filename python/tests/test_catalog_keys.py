@@ -165,6 +165,42 @@ def test_comments_are_kept_and_read_as_postgresql_reads_them(servers):
     assert len(comments["tierdb"]) == 3, comments
 
 
+def test_system_views_answer_as_postgresql(servers):
+    """pg_indexes, pg_tables, pg_views, pg_sequences and information_schema's views and
+    sequences, row for row as PostgreSQL's (the owner is each server's own user; a view's
+    text is each server's own rendering of its query; tierdb's views are read-only, so
+    `is_updatable` is NO where PostgreSQL's simple view says YES). A view made here and
+    dropped."""
+    queries = [
+        "SELECT schemaname, tablename, indexname, tablespace, indexdef FROM pg_indexes "
+        "WHERE schemaname = 'public' ORDER BY indexname",
+        "SELECT schemaname, tablename, tablespace, hasindexes, hasrules, hastriggers, rowsecurity "
+        "FROM pg_catalog.pg_tables WHERE schemaname = 'public' ORDER BY tablename",
+        "SELECT schemaname, viewname, definition LIKE '%acct%' FROM pg_views "
+        "WHERE schemaname = 'public'",
+        "SELECT schemaname, sequencename, data_type, start_value, min_value, max_value, "
+        "increment_by, cycle, cache_size FROM pg_sequences ORDER BY sequencename",
+        "SELECT table_schema, table_name, view_definition LIKE '%acct%', check_option "
+        "FROM information_schema.views WHERE table_schema = 'public'",
+        "SELECT * FROM information_schema.sequences ORDER BY sequence_name",
+    ]
+    got = {}
+    for name, (port, user, password, db) in servers.items():
+        dsn = engines.tierdb_dsn(port) if name == "tierdb" else engines.pg_dsn(port)
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute("CREATE VIEW acct_owners AS SELECT id, owner FROM acct")
+            try:
+                got[name] = [[tuple("DB" if v == db else v for v in row)
+                              for row in c.execute(q).fetchall()] for q in queries]
+            finally:
+                c.execute("DROP VIEW acct_owners")
+    for q, t, p in zip(queries, got["tierdb"], got["postgres"]):
+        assert t == p, (q, t, p)
+    counts = [len(rows) for rows in got["tierdb"]]
+    # 7 indexes; 4 tables; the view; 2 sequences; the view; 2 sequences.
+    assert counts == [7, 4, 1, 2, 1, 2], counts
+
+
 def test_a_dump_restores_row_tables_with_their_keys(servers, tmp_path):
     text = dump(servers["tierdb"])
     fresh = str(tmp_path / "restored")

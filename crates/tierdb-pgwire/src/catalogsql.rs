@@ -15,11 +15,11 @@ pub(crate) fn rewrite(parser: &PostgresCompatibilityParser, mut s: Statement) ->
     array_subqueries(&mut s);
     array_literal_comparisons(&mut s);
     rowless_subqueries(&mut s);
-    view_definition_lookups(&mut s);
     crate::keysql::rewrite(&mut s);
     let mut s = parser.rewrite(s);
     // After datafusion-pg-catalog's rules, which answer a correlated subquery selected as
     // a column with NULL: these are correlated, and answered.
+    view_definition_lookups(&mut s);
     crate::comments::description_lookups(&mut s);
     regproc_names(&mut s);
     unique_literal_columns(&mut s);

@@ -230,14 +230,14 @@ fn parse_unrepaired(
                 crate::systemcols::rewrite(s);
             }
         }
-        // PostgreSQL's information_schema.columns, a view over pg_catalog (infoschema.rs).
-        let mut info_columns = false;
-        if sql.to_ascii_lowercase().contains("information_schema") {
+        // PostgreSQL's system views, queries over pg_catalog (sysviews.rs).
+        let mut system_views = false;
+        if crate::sysviews::may_name(sql) {
             for s in &mut statements {
-                info_columns |= crate::infoschema::rewrite(s);
+                system_views |= crate::sysviews::rewrite(s);
             }
         }
-        if !info_columns
+        if !system_views
             && !sql.contains("pg_catalog")
             && !sql.contains("_description(")
             && !statements.iter().any(crate::catalogsql::reads_catalog)
