@@ -20,7 +20,7 @@ use datafusion::catalog::TableProvider;
 use datafusion::catalog::{MemTable, view::ViewTable};
 use datafusion::common::{Column, Result};
 use datafusion::datasource::provider_as_source;
-use datafusion::logical_expr::{JoinType, LogicalPlanBuilder, cast, col};
+use datafusion::logical_expr::{Expr, JoinType, LogicalPlanBuilder, cast, col};
 use tierdb_tables::catalog::ColumnType;
 
 /// `class` (a `pg_class`) with `relname` replaced by the name tierdb's catalog gives the
@@ -273,30 +273,24 @@ pub(crate) fn view_definitions(
     Ok(Arc::new(ViewTable::new(plan, None)))
 }
 
-/// The relations `view`'s query reads, by the names tierdb gives them.
-fn read_by(view: &tierdb_tables::views::ViewDef) -> Vec<String> {
-    use datafusion::sql::sqlparser::ast::visit_relations;
-    let Ok(statements) = tierdb_tables::sql::parse(&view.query) else {
-        return Vec::new();
-    };
-    let mut names = Vec::new();
-    for s in &statements {
-        if let datafusion::sql::parser::Statement::Statement(s) = s {
-            let _ = visit_relations(s.as_ref(), |n| {
-                if let Some(t) = tierdb_tables::sql::relation_name(n) {
-                    names.push(t);
-                }
-                std::ops::ControlFlow::<()>::Continue(())
-            });
-        }
-    }
-    names.sort();
-    names.dedup();
-    names
-}
+/// The oid of a view's `_RETURN` rule: this plus the view's `pg_class` oid (those are
+/// datafusion-pg-catalog's, from 16,384 up, so these stay below `keys.rs`'s constraint
+/// oids and never reach an index's, which tables' ids would need 200 million to).
+const RULE_OID_BASE: i64 = 1_200_000_000;
 
-/// `depend` (datafusion-pg-catalog's `pg_depend`) and a normal dependency (`n`) of each
-/// view of `views` on each relation its query reads, both by their `class` oids.
+/// `pg_rewrite`'s oid in `pg_class` (`classid` of a rule's rows in `pg_depend`).
+const PG_REWRITE_OID: i64 = 2618;
+
+/// `depend` (datafusion-pg-catalog's `pg_depend`) with the dependencies of each view of
+/// `views` on each relation its query reads, by their `class` oids, twice over:
+///
+/// - as PostgreSQL records them, from the view's `_RETURN` rule (`classid` `pg_rewrite`,
+///   `objid` [`RULE_OID_BASE`] + the view's oid): a normal row (`n`) to each relation it
+///   reads and an internal row (`i`) to the view itself. dbt's `postgres__get_relations`
+///   reads these to learn which views a `DROP … CASCADE` takes with it;
+/// - from the view itself (`classid` `pg_class`, `n`), which pg_dump orders a view after
+///   what it reads by (it finds no rule: `pg_rewrite` has no rows, and a rule's rows
+///   whose object it cannot find are skipped).
 pub(crate) fn with_view_dependencies(
     depend: Arc<dyn TableProvider>,
     class: Arc<dyn TableProvider>,
@@ -304,7 +298,8 @@ pub(crate) fn with_view_dependencies(
 ) -> Result<Arc<dyn TableProvider>> {
     let (mut from, mut to) = (Vec::new(), Vec::new());
     for v in views {
-        for t in read_by(v) {
+        // What it reads outside its WITH names (tierdb_tables::viewdeps invariant 1).
+        for t in tierdb_tables::viewdeps::reads(v) {
             from.push(v.name.clone());
             to.push(t);
         }
@@ -342,7 +337,7 @@ pub(crate) fn with_view_dependencies(
         cast(v, ty).alias(name)
     };
     use datafusion::logical_expr::lit;
-    let added = LogicalPlanBuilder::scan("p", provider_as_source(pairs), None)?
+    let joined = LogicalPlanBuilder::scan("p", provider_as_source(pairs), None)?
         .join(
             names("vw")?,
             JoinType::Inner,
@@ -361,18 +356,26 @@ pub(crate) fn with_view_dependencies(
             ),
             None,
         )?
-        .project(vec![
-            typed("classid", lit(1259)),
-            typed("objid", col("vw_oid")),
-            typed("objsubid", lit(0)),
-            typed("refclassid", lit(1259)),
-            typed("refobjid", col("rd_oid")),
-            typed("refobjsubid", lit(0)),
-            typed("deptype", lit("n")),
-        ])?
         .build()?;
+    let rows = |classid: i64, objid: Expr, refobjid: Expr, deptype: &str| {
+        LogicalPlanBuilder::from(joined.clone())
+            .project(vec![
+                typed("classid", lit(classid)),
+                typed("objid", objid),
+                typed("objsubid", lit(0)),
+                typed("refclassid", lit(1259)),
+                typed("refobjid", refobjid),
+                typed("refobjsubid", lit(0)),
+                typed("deptype", lit(deptype.to_string())),
+            ])?
+            .distinct()?
+            .build()
+    };
+    let rule = || cast(col("vw_oid"), DataType::Int64) + lit(RULE_OID_BASE);
     let plan = LogicalPlanBuilder::scan("pg_depend", provider_as_source(depend), None)?
-        .union(added)?
+        .union(rows(1259, col("vw_oid"), col("rd_oid"), "n")?)?
+        .union(rows(PG_REWRITE_OID, rule(), col("rd_oid"), "n")?)?
+        .union(rows(PG_REWRITE_OID, rule(), col("vw_oid"), "i")?)?
         .build()?;
     Ok(Arc::new(ViewTable::new(plan, None)))
 }

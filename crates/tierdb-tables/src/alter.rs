@@ -113,6 +113,11 @@ impl Tables {
                 b.put_segment(def.id, s);
             }
         }
+        if def.name != old.name {
+            // Views that read it follow (viewdeps.rs invariant 2).
+            let renames = std::collections::HashMap::from([(old.name.clone(), def.name.clone())]);
+            crate::viewdeps::follow(&self.views().await?, &renames, &mut b);
+        }
         self.commit_catalog(kv, b).await?;
         Ok(())
     }

@@ -57,6 +57,7 @@ pub mod tables;
 pub mod textvalue;
 pub mod txn;
 pub mod unknowntext;
+pub mod viewdeps;
 pub mod views;
 pub mod write;
 

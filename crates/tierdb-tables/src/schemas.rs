@@ -20,6 +20,7 @@ use crate::catalog::{self, CatalogBatch, SchemaDef};
 use crate::error::{Result, TableError};
 use crate::sql::{SCHEMA, check_new_name, split_qualified};
 use crate::tables::Tables;
+use crate::viewdeps::Dependents;
 
 /// The schema a database's object store is shown in (`tierdb-objects-sql`): reserved in
 /// every database, so adding an object store to one never hides a user's schema.
@@ -177,10 +178,10 @@ impl Tables {
         }
         for (name, (views, tables, _)) in found {
             if !views.is_empty() {
-                self.drop_views(&views, true).await?;
+                self.drop_views(&views, true, Dependents::Cascade).await?;
             }
             if !tables.is_empty() {
-                self.drop_tables(&tables, true).await?;
+                self.drop_tables(&tables, true, Dependents::Cascade).await?;
             }
             // Sequences no table owned (owned ones went with their tables).
             let (_, _, sequences) = self.schema_contents(&name).await?;

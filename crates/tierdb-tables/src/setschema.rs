@@ -18,10 +18,11 @@
 //!    commit, and the block of values this process reserved is handed out under the new
 //!    name (taken under the commit lock, after the commit), so no value is handed out twice
 //!    and none is skipped.
-//! 5. Views keep their query text: a view that names a moved relation by its old name fails
-//!    until it is back (PostgreSQL's views follow by OID), as after `RENAME TO`.
+//! 5. Views follow what they read: a view that reads a moved table or view is written again
+//!    naming it where it went, in the same commit (`viewdeps.rs` invariant 2), as
+//!    PostgreSQL's views follow by OID.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::catalog::{CatalogBatch, TableDef};
 use crate::error::{Result, TableError};
@@ -58,6 +59,8 @@ struct Moves {
     taken: Vec<String>,
     /// Sequences moved: (old name, new name) (invariant 4).
     sequences: Vec<(String, String)>,
+    /// Tables and views moved: old name → new name (invariant 5).
+    relations: HashMap<String, String>,
 }
 
 impl Moves {
@@ -87,6 +90,7 @@ impl Moves {
         }
         self.batch.delete_table(&def.name);
         self.batch.put_table(&new);
+        self.relations.insert(def.name.clone(), new.name.clone());
         self.taken.push(new.name);
     }
 
@@ -99,12 +103,12 @@ impl Moves {
         self.taken.push(s.name);
     }
 
+    /// View `view` into `schema`: written under its new name when the move commits
+    /// ([`crate::viewdeps::follow`], with the views that read what moved).
     fn view(&mut self, view: &crate::views::ViewDef, schema: &str) {
-        let mut v = view.clone();
-        v.name = moved(&view.name, schema);
-        self.batch.delete_view(&view.name);
-        self.batch.put_view(&v);
-        self.taken.push(v.name);
+        let name = moved(&view.name, schema);
+        self.relations.insert(view.name.clone(), name.clone());
+        self.taken.push(name);
     }
 }
 
@@ -141,7 +145,9 @@ impl Tables {
                 ),
             });
         }
-        self.commit_catalog(kv, moves.batch).await?;
+        let mut batch = moves.batch;
+        crate::viewdeps::follow(&self.views().await?, &moves.relations, &mut batch);
+        self.commit_catalog(kv, batch).await?;
         for (from, to) in &moves.sequences {
             self.sequences.rename(from, to);
         }

@@ -12,6 +12,7 @@ use crate::catalog::{self, CatalogBatch, ColumnDef, SegmentMeta, TableDef};
 use crate::dfstore::DfStore;
 use crate::error::{Result, TableError};
 use crate::segment::SegmentOptions;
+use crate::viewdeps::Dependents;
 
 /// A table to create.
 #[derive(Debug, Clone)]
@@ -283,33 +284,45 @@ impl Tables {
     }
 
     /// Drops a table: its catalog entries go in one commit, which also retires its segment
-    /// files (VACUUM deletes them once no reader can still be using them).
+    /// files (VACUUM deletes them once no reader can still be using them). Views that
+    /// read it are left ([`Dependents::Keep`]: for the drops tierdb makes itself).
     /// Returns whether a table was dropped.
     pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<bool> {
-        let dropped = self.drop_tables(&[name.to_string()], if_exists).await?;
+        let dropped = self
+            .drop_tables(&[name.to_string()], if_exists, Dependents::Keep)
+            .await?;
         Ok(dropped.first().copied().unwrap_or(false))
     }
 
     /// Drops every table of `names` in one atomic catalog commit (`DROP TABLE a, b`):
-    /// all of them or, if one does not exist and not `if_exists`, none. Returns which
-    /// existed.
-    pub async fn drop_tables(&self, names: &[String], if_exists: bool) -> Result<Vec<bool>> {
-        self.clear_tables(names, if_exists, true).await
+    /// all of them or, if one does not exist and not `if_exists`, none; the views that
+    /// read them as `dependents` says (`viewdeps.rs` invariant 3), in the same commit.
+    /// Returns which existed.
+    pub async fn drop_tables(
+        &self,
+        names: &[String],
+        if_exists: bool,
+        dependents: Dependents,
+    ) -> Result<Vec<bool>> {
+        self.clear_tables(names, if_exists, Some(dependents)).await
     }
 
     /// Deletes every row of the tables of `names` in one atomic catalog commit (`TRUNCATE
     /// a, b`): their segments leave the catalog (their files are retired for VACUUM), the
     /// tables stay.
     pub async fn truncate(&self, names: &[String]) -> Result<()> {
-        self.clear_tables(names, false, false).await.map(|_| ())
+        self.clear_tables(names, false, None).await.map(|_| ())
     }
 
+    /// `drop`: how a DROP treats the views reading the tables; `None`: TRUNCATE.
     async fn clear_tables(
         &self,
         names: &[String],
         if_exists: bool,
-        drop: bool,
+        drop: Option<Dependents>,
     ) -> Result<Vec<bool>> {
+        let dependents = drop;
+        let drop = drop.is_some();
         let kv = self.kv_writer()?;
         let _guard = self.commit_lock.lock().await;
         let mut found = Vec::with_capacity(names.len());
@@ -331,6 +344,12 @@ impl Tables {
             }
         }
         let mut b = CatalogBatch::default();
+        if let Some(dependents) = dependents {
+            let dropped: Vec<String> = found.iter().flatten().map(|d| d.name.clone()).collect();
+            for view in dependents.resolve(&self.views().await?, &dropped, "table")? {
+                b.delete_view(&view);
+            }
+        }
         let now = tierdb_kv::lease::now_ms();
         let sequences = if drop {
             catalog::list_sequences(self.reader.as_ref()).await?

@@ -138,39 +138,49 @@ impl Tables {
     }
 
     /// Renames view `name` to `new` (`ALTER TABLE|VIEW … RENAME TO`, as PostgreSQL allows
-    /// both on a view), one commit. Views that name it keep the old name in their query
-    /// text and fail until it is back (PostgreSQL's views follow a rename by OID).
+    /// both on a view), one commit; the views that read it follow (`viewdeps.rs`
+    /// invariant 2).
     pub async fn rename_view(&self, name: &str, new: &str) -> Result<()> {
         let kv = self.kv_writer()?;
         let _guard = self.commit_lock.lock().await;
-        let Some(mut def) = self.view(name).await? else {
+        if self.view(name).await?.is_none() {
             return Err(TableError::NoTable(format!("{name} (no such view)")));
-        };
+        }
         if self.table(new).await?.is_some() || self.view(new).await?.is_some() {
             return Err(TableError::TableExists(new.to_string()));
         }
         let mut b = CatalogBatch::default();
-        b.delete_view(name);
-        def.name = new.to_string();
-        b.put_view(&def);
+        let renames = HashMap::from([(name.to_string(), new.to_string())]);
+        crate::viewdeps::follow(&self.views().await?, &renames, &mut b);
         self.commit_catalog(kv, b).await?;
         Ok(())
     }
 
     /// Drops the views of `names` in one commit: all of them or, if one does not exist
-    /// and not `if_exists`, none.
-    pub async fn drop_views(&self, names: &[String], if_exists: bool) -> Result<()> {
+    /// and not `if_exists`, none; the views that read them as `dependents` says
+    /// (`viewdeps.rs` invariant 3).
+    pub async fn drop_views(
+        &self,
+        names: &[String],
+        if_exists: bool,
+        dependents: crate::viewdeps::Dependents,
+    ) -> Result<()> {
         let kv = self.kv_writer()?;
         let _guard = self.commit_lock.lock().await;
         let mut b = CatalogBatch::default();
+        let mut dropped = Vec::new();
         for name in names {
             match self.view(name).await? {
-                Some(_) => b.delete_view(name),
+                Some(_) => dropped.push(name.clone()),
                 None if if_exists => {}
                 None => {
                     return Err(TableError::NoTable(format!("{name} (no such view)")));
                 }
             }
+        }
+        let cascaded = dependents.resolve(&self.views().await?, &dropped, "view")?;
+        for name in dropped.iter().chain(&cascaded) {
+            b.delete_view(name);
         }
         self.commit_catalog(kv, b).await?;
         Ok(())

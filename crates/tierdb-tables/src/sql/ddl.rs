@@ -20,6 +20,7 @@ use crate::error::{Result, TableError};
 use crate::provider::{ScanOptions, TierTable};
 use crate::rows::index::IndexOptions;
 use crate::tables::NewTable;
+use crate::viewdeps::Dependents;
 
 impl SqlSession {
     /// ALTER TABLE: RENAME TO, ADD COLUMN, DROP COLUMN (see `alter.rs`), the whole
@@ -348,9 +349,9 @@ impl SqlSession {
         self.tables.create_view(def, cv.or_replace).await
     }
 
-    /// `DROP TABLE a, b` (DataFusion plans one name only), `TRUNCATE a, b`, `CREATE [OR
-    /// REPLACE] VIEW`, `DROP VIEW`, each one atomic catalog commit; `None` for other
-    /// statements.
+    /// `DROP TABLE a, b [CASCADE]` (DataFusion plans one name only, without CASCADE),
+    /// `TRUNCATE a, b`, `CREATE [OR REPLACE] VIEW`, `DROP VIEW`, each one atomic catalog
+    /// commit; `None` for other statements.
     pub(super) async fn drop_or_truncate(&self, stmt: &DfStatement) -> Result<Option<Outcome>> {
         let DfStatement::Statement(s) = stmt else {
             return Ok(None);
@@ -360,20 +361,33 @@ impl SqlSession {
                 object_type: ObjectType::Table,
                 names,
                 if_exists,
+                cascade,
                 ..
-            } if names.len() > 1 => {
+            } => {
                 let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
-                self.tables.drop_tables(&names, *if_exists).await?;
+                let existed = self
+                    .tables
+                    .drop_tables(&names, *if_exists, Dependents::cascade_if(*cascade))
+                    .await?;
+                for (name, _) in names.iter().zip(existed).filter(|(_, e)| !e) {
+                    self.notice(
+                        "00000",
+                        &format!("table \"{name}\" does not exist, skipping"),
+                    );
+                }
                 "DROP TABLE"
             }
             SqlStatement::Drop {
                 object_type: ObjectType::View,
                 names,
                 if_exists,
+                cascade,
                 ..
             } => {
                 let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
-                self.tables.drop_views(&names, *if_exists).await?;
+                self.tables
+                    .drop_views(&names, *if_exists, Dependents::cascade_if(*cascade))
+                    .await?;
                 "DROP VIEW"
             }
             SqlStatement::CreateSequence {

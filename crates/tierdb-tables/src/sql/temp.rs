@@ -101,6 +101,15 @@ impl TempTables {
         let DfStatement::Statement(s) = stmt else {
             return false;
         };
+        // sqlparser's relation visitor does not visit DROP's names.
+        if let datafusion::sql::sqlparser::ast::Statement::Drop {
+            object_type: datafusion::sql::sqlparser::ast::ObjectType::Table,
+            names,
+            ..
+        } = s.as_ref()
+        {
+            return names.iter().any(|n| self.resolve(n).is_some());
+        }
         let mut found = false;
         let _ = s.visit(&mut RelationVisitor(|name: &ObjectName| {
             if self.resolve(name).is_some() {

@@ -83,6 +83,7 @@ impl SqlSession {
                 object_type: ObjectType::Table,
                 names,
                 if_exists,
+                cascade,
                 ..
             } => {
                 let (temp, stored): (Vec<_>, Vec<_>) =
@@ -92,7 +93,13 @@ impl SqlSession {
                         .into_iter()
                         .map(super::ddl::table_name)
                         .collect::<Result<Vec<_>>>()?;
-                    self.tables.drop_tables(&stored, *if_exists).await?;
+                    self.tables
+                        .drop_tables(
+                            &stored,
+                            *if_exists,
+                            crate::viewdeps::Dependents::cascade_if(*cascade),
+                        )
+                        .await?;
                     self.schema.refresh().await?;
                 }
                 let before = self.temp.before_change(self.in_transaction()).await;
