@@ -287,7 +287,7 @@ async fn run_script(engine: &SqlEngine, sql: &str, format: OutputFormat) -> CliR
     let (results, error) = engine.run(statements).await;
     // As psql shows them: `BEGIN` inside a transaction, `COMMIT` outside one.
     for n in engine.session().take_notices() {
-        eprintln!("WARNING:  {}", n.message);
+        eprintln!("{}:  {}", n.severity(), n.message);
     }
     for r in &results {
         print_result(r, format)?;

@@ -10,13 +10,19 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::response::NoticeResponse;
 use tierdb_tables::TableError;
 
-pub(crate) async fn notice<C>(client: &mut C, code: &str, message: &str) -> PgWireResult<()>
+/// Sends a NoticeResponse of `severity` (`WARNING`, `NOTICE`).
+pub(crate) async fn notice<C>(
+    client: &mut C,
+    severity: &str,
+    code: &str,
+    message: &str,
+) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    let info = ErrorInfo::new("WARNING".into(), code.into(), message.into());
+    let info = ErrorInfo::new(severity.into(), code.into(), message.into());
     client
         .send(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
             info,

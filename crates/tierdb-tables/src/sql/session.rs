@@ -120,6 +120,19 @@ pub struct Notice {
     pub message: String,
 }
 
+impl Notice {
+    /// PostgreSQL's severity of it: `WARNING` for warnings (class 01) and transaction-state
+    /// misuse (class 25: BEGIN in a transaction, COMMIT outside one), `NOTICE` for the rest
+    /// (`… does not exist, skipping`, `… already exists, skipping`).
+    pub fn severity(&self) -> &'static str {
+        if self.code.starts_with("01") || self.code.starts_with("25") {
+            "WARNING"
+        } else {
+            "NOTICE"
+        }
+    }
+}
+
 /// A batch of statements sent together (a multi-statement query string); see
 /// [`SqlSession::begin_batch`].
 #[derive(Debug)]
