@@ -229,6 +229,35 @@ def test_sigkill_during_commit_keeps_all_or_nothing(db, tmp_path, pause, expect)
     assert out[-1] == str(expect), out
 
 
+@pytest.mark.parametrize("pause,committed", [(None, False), ("txn-commit", False), ("txn-committed", True)])
+def test_sigkill_with_ddl_in_a_transaction_keeps_all_or_nothing(db, tmp_path, pause, committed):
+    """DDL inside BEGIN, the server SIGKILLed with the transaction still open (None) or at
+    a pause point of its COMMIT: after a restart the catalog is as before the transaction
+    (its undo records are followed when the database opens), or as after the commit."""
+    import psycopg
+    tierdb("sql", db, "-c", "CREATE TABLE k (n INT NOT NULL); INSERT INTO k VALUES (1), (2)")
+    env = dict(os.environ, TIERDB_TEST_PAUSE_AT=pause) if pause else None
+    log = tmp_path / "serve.log"
+    with serve(BIN, db, env=env, log=str(log)) as (proc, port):
+        c = psycopg.connect(dsn(port))
+        c.execute("DROP TABLE k")
+        c.execute("CREATE TABLE n (x INT)")
+        c.execute("ALTER TABLE n ADD COLUMN y TEXT")
+        c.execute("INSERT INTO n VALUES (1, 'a')")
+        if pause:
+            kill_when_paused(proc, log, pause, c.commit)
+        else:
+            proc.kill()
+            proc.wait()
+    out = tierdb("sql", db, "--format", "csv", "-c",
+                 "SELECT table_name FROM information_schema.tables "
+                 "WHERE table_schema = 'public' ORDER BY 1").stdout.split()
+    assert out[1:] == (["n"] if committed else ["k"]), out
+    table, rows = ("n", "1") if committed else ("k", "2")
+    out = tierdb("sql", db, "--format", "csv", "-c", f"SELECT count(*) FROM {table}").stdout.split()
+    assert out[-1] == rows, out
+
+
 @pytest.mark.parametrize("pause,expect", [("dml-commit", [1, 2, 3, 4]), ("dml-committed", [1, 3])])
 def test_sigkill_during_delete_with_subquery_keeps_all_or_nothing(db, tmp_path, pause, expect):
     """A DELETE whose WHERE is a subquery (issue 26: it used to delete every row), killed at

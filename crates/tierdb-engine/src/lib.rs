@@ -284,7 +284,12 @@ impl Database {
         let poll = options.kv.poll_interval;
         Ok(match options.role {
             Role::Writer => {
-                KvHandle::Writer(KvDb::open(store, path, url, &options.kv).await?.into())
+                let kv = KvDb::open(store, path, url, &options.kv).await?;
+                // DDL of transactions a previous process left open is rolled back before
+                // anything reads the catalog (tierdb-tables `ddlundo.rs` invariant 5).
+                #[cfg(feature = "tables")]
+                tierdb_tables::ddlundo::recover(&kv).await?;
+                KvHandle::Writer(kv.into())
             }
             Role::Follower if options.pin_checkpoint => {
                 KvHandle::Follower(KvReplica::open(store, path, url, poll).await?.into())

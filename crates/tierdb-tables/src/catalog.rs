@@ -12,6 +12,7 @@
 //! | `Tq` + sequence name             | [`FORMAT_VERSION`], then [`crate::rows::sequence::SequenceDef`] (JSON) |
 //! | `Tk` + schema name               | [`FORMAT_VERSION`], then [`SchemaDef`] (JSON): a schema other than `public` |
 //! | `Tt`                             | [`FORMAT_VERSION`], then the wall-clock time (ms since the epoch, u64 BE) of the last catalog commit: how old what a replica sees is |
+//! | `Tu` + transaction (u64 BE) + number (u64 BE) | an undo record of DDL in an open transaction (`ddlundo.rs` has its byte table) |
 //!
 //! A table, view or sequence in a schema other than `public` is keyed by its qualified
 //! name, `schema.name` ([`crate::sql::qualified`]); one in `public` by its name alone.
@@ -579,6 +580,45 @@ fn versioned<'a>(key: &[u8], value: &'a [u8]) -> Result<&'a [u8]> {
     }
 }
 
+/// Keys a transaction's rollback leaves alone (`ddlundo.rs`): the commit stamp, and the
+/// id counter (ids are never given out twice).
+pub(crate) fn is_unrecorded_key(key: &[u8]) -> bool {
+    key == COMMIT_TIME_KEY || key == COUNTER_KEY
+}
+
+pub(crate) fn is_segment_key(key: &[u8]) -> bool {
+    key.starts_with(SEGMENT_PREFIX) && key.len() == 18
+}
+
+pub(crate) fn is_table_key(key: &[u8]) -> bool {
+    key.starts_with(TABLE_PREFIX)
+}
+
+/// The sequence a key defines, if it is a sequence's.
+pub(crate) fn sequence_name(key: &[u8]) -> Option<String> {
+    let name = key.strip_prefix(SEQUENCE_PREFIX)?;
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
+/// What a catalog key is, for a message: `table "t"`, `view "v"`, ….
+pub(crate) fn describe_key(key: &[u8]) -> String {
+    let named = [
+        (TABLE_PREFIX, "table"),
+        (VIEW_PREFIX, "view"),
+        (SEQUENCE_PREFIX, "sequence"),
+        (SCHEMA_PREFIX, "schema"),
+    ];
+    for (prefix, what) in named {
+        if let Some(name) = key.strip_prefix(prefix) {
+            return format!("{what} \"{}\"", String::from_utf8_lossy(name));
+        }
+    }
+    if is_segment_key(key) {
+        return "a table's segment".into();
+    }
+    format!("key {}", tierdb_kv::ShowKey(key))
+}
+
 pub(crate) fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T> {
     serde_json::from_slice(versioned(key, value)?).map_err(|e| TableError::Damaged {
         key: String::from_utf8_lossy(key).into_owned(),
@@ -690,6 +730,14 @@ pub struct CatalogBatch {
 }
 
 impl CatalogBatch {
+    /// `batch` as a change of definitions (a DDL rollback's).
+    pub(crate) fn redefining(batch: Batch) -> Self {
+        CatalogBatch {
+            batch,
+            defines: true,
+        }
+    }
+
     pub fn put_table(&mut self, def: &TableDef) {
         self.defines = true;
         self.batch.put(table_key(&def.name), encode(def));

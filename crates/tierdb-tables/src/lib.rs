@@ -26,6 +26,7 @@ pub mod catalog;
 pub mod charcast;
 pub mod checked;
 pub mod checksum;
+pub mod ddlundo;
 pub mod delta;
 mod delta_checkpoint;
 pub mod dfstore;

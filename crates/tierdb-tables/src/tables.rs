@@ -133,13 +133,35 @@ impl Tables {
     }
 
     /// Commits `b` stamped with its time (`Tt`) and counts it in [`Tables::generation`].
+    /// Made by a statement of an open transaction, it carries its undo records
+    /// (`ddlundo.rs` invariant 1).
     pub(crate) async fn commit_catalog(
         &self,
         kv: &KvDb,
-        b: CatalogBatch,
+        mut b: CatalogBatch,
     ) -> tierdb_kv::Result<u64> {
+        crate::ddlundo::record(self.reader.as_ref(), &mut b.batch).await?;
         let defines = b.defines();
-        let r = kv.commit(b.stamped()).await;
+        self.commit_stamped(kv, b.stamped(), defines).await
+    }
+
+    /// Commits `batch` (a rollback's: never recorded) as a change of definitions.
+    pub(crate) async fn commit_unrecorded(
+        &self,
+        kv: &KvDb,
+        batch: tierdb_kv::Batch,
+    ) -> tierdb_kv::Result<u64> {
+        let b = CatalogBatch::redefining(batch);
+        self.commit_stamped(kv, b.stamped(), true).await
+    }
+
+    async fn commit_stamped(
+        &self,
+        kv: &KvDb,
+        batch: tierdb_kv::Batch,
+        defines: bool,
+    ) -> tierdb_kv::Result<u64> {
+        let r = kv.commit(batch).await;
         // Also after a failure: its outcome may be unknown.
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -600,6 +622,12 @@ impl Tables {
                 referenced.insert(s.path);
             }
         }
+        // What a rollback of DDL could bring back (`ddlundo.rs` invariant 6).
+        let held = crate::ddlundo::held(self.reader.as_ref()).await?;
+        referenced.extend(held.paths);
+        for id in held.tables {
+            logs.insert(format!("{}/", crate::delta::table_root(&self.root, id)));
+        }
         let retired: std::collections::HashMap<String, catalog::Retired> =
             catalog::list_retired(self.reader.as_ref())
                 .await?
@@ -695,11 +723,13 @@ impl Tables {
         let _guard = self.commit_lock.lock().await;
         let now = tierdb_kv::lease::now_ms();
         let retain_ms = u64::try_from(retain.as_millis()).unwrap_or(u64::MAX);
+        let held = crate::ddlundo::held(self.reader.as_ref()).await?.paths;
         let old: Vec<String> = catalog::list_retired(self.reader.as_ref())
             .await?
             .into_iter()
             .filter(|r| now.saturating_sub(r.retired_ms) >= retain_ms)
             .map(|r| r.path)
+            .filter(|p| !held.contains(p))
             .collect();
         let mut b = CatalogBatch::default();
         for path in &old {

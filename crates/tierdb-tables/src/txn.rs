@@ -21,14 +21,16 @@ use crate::tables::{PendingWrite, Tables};
 #[derive(Debug, Default)]
 pub struct Transaction {
     writes: Mutex<Vec<PendingWrite>>,
-    /// Savepoints, oldest first: a name, how many writes there were when it was set, and
-    /// the row writes' mark then.
-    savepoints: Mutex<Vec<(String, usize, usize)>>,
+    /// Savepoints, oldest first: a name, how many writes there were when it was set, the
+    /// row writes' mark then, and how many DDL undo records.
+    savepoints: Mutex<Vec<(String, usize, usize, u64)>>,
     /// The writes to row tables (`rows/txn.rs`) and the row locks held.
     pub(crate) rows: Mutex<crate::rows::RowWrites>,
     isolation: Mutex<Isolation>,
     /// REPEATABLE READ: what every statement reads, taken at the first read.
     snapshot: Mutex<Option<Arc<Snapshot>>>,
+    /// The undo records of its DDL (`ddlundo.rs`).
+    undo: Arc<crate::ddlundo::Recorder>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -111,7 +113,12 @@ impl Transaction {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.writes.lock().is_empty() && self.rows.lock().is_empty()
+        self.writes.lock().is_empty() && self.rows.lock().is_empty() && !self.undo.recorded()
+    }
+
+    /// What records this transaction's catalog commits (`ddlundo::recording`).
+    pub fn undo_recorder(&self) -> Arc<crate::ddlundo::Recorder> {
+        self.undo.clone()
     }
 
     /// Whether this transaction reads an older state than the next statement would: a
@@ -129,7 +136,10 @@ impl Transaction {
     pub fn savepoint(&self, name: &str) {
         let at = self.writes.lock().len();
         let mark = self.rows.lock().mark();
-        self.savepoints.lock().push((name.to_string(), at, mark));
+        let ddl = self.undo.mark();
+        self.savepoints
+            .lock()
+            .push((name.to_string(), at, mark, ddl));
     }
 
     /// `RELEASE SAVEPOINT name`: forgets it and every later savepoint; keeps the writes.
@@ -141,22 +151,27 @@ impl Transaction {
     }
 
     /// `ROLLBACK TO SAVEPOINT name`: undoes the writes made since it (their files are
-    /// deleted), forgets later savepoints and keeps this one.
-    pub async fn rollback_to(&self, name: &str, tables: &Tables) -> Result<()> {
-        let undone: Vec<SegmentMeta> = {
+    /// deleted) and the DDL, forgets later savepoints and keeps this one. Returns what
+    /// DDL could not be undone (`ddlundo.rs` invariant 3).
+    pub async fn rollback_to(&self, name: &str, tables: &Tables) -> Result<Vec<String>> {
+        let (undone, ddl): (Vec<SegmentMeta>, u64) = {
             let mut sp = self.savepoints.lock();
             let i = find(&sp, name)?;
             let at = sp[i].1;
+            let ddl = sp[i].3;
             self.rows.lock().undo_to(sp[i].2);
             sp.truncate(i + 1);
             let mut writes = self.writes.lock();
             let at = at.min(writes.len());
             let tail = writes.split_off(at);
             tables.merge_state().release(&tail);
-            tail.into_iter().flat_map(|w| w.segments).collect()
+            (tail.into_iter().flat_map(|w| w.segments).collect(), ddl)
         };
         tables.discard(&undone).await;
-        Ok(())
+        if self.undo.mark() > ddl {
+            return tables.undo_ddl(self.undo.txn(), ddl).await;
+        }
+        Ok(Vec::new())
     }
 
     /// The table's committed segments as this transaction reads them: under REPEATABLE
@@ -188,21 +203,31 @@ impl Transaction {
     }
 
     /// Commits every write at once, columnar and row tables in one KV batch (rows/mod.rs
-    /// invariant 3). On failure nothing is committed. The row locks are released either way.
+    /// invariant 3), which also makes its DDL permanent (`ddlundo.rs` invariant 2). On
+    /// failure nothing is committed and its DDL is undone. The row locks are released
+    /// either way.
     pub async fn commit(&self, tables: &Tables) -> Result<()> {
         let writes = self.take();
         let claimed = writes.clone();
         let done = self.commit_writes(tables, writes).await;
         tables.merge_state().release(&claimed);
+        if done.is_err() && self.undo.recorded() {
+            for w in self.undo_all(tables).await {
+                tracing::warn!(what = %w, "a failed COMMIT left DDL it could not undo");
+            }
+        }
         done
     }
 
     async fn commit_writes(&self, tables: &Tables, writes: Vec<PendingWrite>) -> Result<()> {
         let mut rows = std::mem::take(&mut *self.rows.lock());
-        if writes.is_empty() {
+        if writes.is_empty() && !self.undo.recorded() {
             return crate::rows::commit(tables, &mut rows).await;
         }
         let mut batch = tierdb_kv::Batch::new();
+        if self.undo.recorded() {
+            crate::ddlundo::forget(tables.reader.as_ref(), self.undo.txn(), &mut batch).await?;
+        }
         let keys = rows.to_batch(&mut batch);
         let _gate = tables.row_state().gate.read().await;
         crate::rows::index::check_tables(tables, &rows).await?;
@@ -214,20 +239,34 @@ impl Transaction {
     }
 
     /// Discards every write: deletes the segment files it wrote (never committed), forgets
-    /// its rows and releases its row locks.
-    pub async fn rollback(&self, tables: &Tables) {
+    /// its rows, releases its row locks and undoes its DDL. Returns what DDL could not be
+    /// undone (`ddlundo.rs` invariant 3), described for a warning.
+    pub async fn rollback(&self, tables: &Tables) -> Vec<String> {
         drop(std::mem::take(&mut *self.rows.lock()));
         let writes = self.take();
         tables.merge_state().release(&writes);
         let written: Vec<SegmentMeta> = writes.into_iter().flat_map(|w| w.segments).collect();
         tables.discard(&written).await;
+        self.undo_all(tables).await
+    }
+
+    async fn undo_all(&self, tables: &Tables) -> Vec<String> {
+        if !self.undo.recorded() {
+            return Vec::new();
+        }
+        match tables.undo_ddl(self.undo.txn(), 0).await {
+            Ok(conflicts) => conflicts,
+            Err(e) => vec![format!(
+                "its DDL ({e}); the database undoes it when it next opens"
+            )],
+        }
     }
 }
 
-fn find(savepoints: &[(String, usize, usize)], name: &str) -> Result<usize> {
+fn find(savepoints: &[(String, usize, usize, u64)], name: &str) -> Result<usize> {
     savepoints
         .iter()
-        .rposition(|(n, _, _)| n == name)
+        .rposition(|(n, ..)| n == name)
         .ok_or_else(|| crate::TableError::Transaction {
             code: "3B001",
             message: format!("savepoint \"{name}\" does not exist"),

@@ -75,23 +75,6 @@ impl SqlSession {
             return Ok(outcome);
         }
         let temp = self.temp.named_in(&stmt);
-        if kind == StatementKind::Ddl && self.in_transaction() && !temp && !creates_temp(&stmt) {
-            // Rule 2: said where it happens, not only in the documentation.
-            let verb: Vec<String> = stmt
-                .to_string()
-                .split_whitespace()
-                .take(2)
-                .map(str::to_uppercase)
-                .collect();
-            self.notice(
-                "01000",
-                &format!(
-                    "{} in a transaction block takes effect at once: ROLLBACK does not undo \
-                     it (tierdb does not keep DDL in transactions yet)",
-                    verb.join(" ")
-                ),
-            );
-        }
         // Every statement that can read a view (queries, writes, CREATE TABLE … AS).
         crate::views::expand(&self.tables, &self.schema, &mut stmt).await?;
         if let Some(outcome) = Box::pin(self.explain_dml(&stmt)).await? {
@@ -484,18 +467,4 @@ impl SqlSession {
         }
         Ok(())
     }
-}
-
-/// Whether `stmt` is CREATE TEMP TABLE (kept by the session, undone by ROLLBACK), or DDL
-/// that changes nothing stored (COMMENT ON other than TABLE, COLUMN and SCHEMA is not
-/// kept).
-fn creates_temp(stmt: &DfStatement) -> bool {
-    use datafusion::sql::sqlparser::ast::CommentObject;
-    matches!(stmt, DfStatement::Statement(s)
-    if matches!(s.as_ref(), SqlStatement::CreateTable(ct) if ct.temporary)
-        || matches!(s.as_ref(), SqlStatement::Comment { object_type, .. }
-            if !matches!(
-                object_type,
-                CommentObject::Table | CommentObject::Column | CommentObject::Schema
-            )))
 }

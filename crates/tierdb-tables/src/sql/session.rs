@@ -35,10 +35,12 @@ use crate::txn::{Transaction, TxSlot};
 /// 2. Between `BEGIN` and `COMMIT`, INSERT, UPDATE and DELETE write their segments but
 ///    commit nothing; the session's reads see them; `COMMIT` makes all of them visible in
 ///    one atomic catalog commit and `ROLLBACK` (or dropping the session without a commit)
-///    deletes them. DDL (CREATE, DROP, ALTER, TRUNCATE of stored tables, views, indexes,
-///    sequences) is committed at once, also inside a transaction, with a warning saying
-///    so; a transaction's writes follow their table through a rename. Temporary tables
-///    are the exception: ROLLBACK undoes their changes (`temp.rs`).
+///    deletes them. DDL (CREATE, DROP, ALTER, TRUNCATE, COMMENT of stored tables, views,
+///    indexes, sequences, schemas) is committed when its statement ends, with undo records
+///    that `ROLLBACK` (or `ROLLBACK TO SAVEPOINT`, or a failed `COMMIT`) follows to put the
+///    catalog back, and that `COMMIT` forgets (`ddlundo.rs`); other sessions see it before
+///    the COMMIT. A transaction's writes follow their table through a rename. Temporary
+///    tables' changes are undone by the session itself (`temp.rs`).
 /// 3. A statement that fails inside a transaction aborts it, whether it failed planning,
 ///    running, streaming its rows, or was abandoned (a timeout or cancel drops it): every
 ///    call that runs work does so under [`SqlSession::guarded`]. Every later statement but
@@ -263,7 +265,11 @@ impl Drop for SqlSession {
         {
             let tables = self.tables.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move { tx.rollback(&tables).await });
+                rt.spawn(async move {
+                    for what in tx.rollback(&tables).await {
+                        tracing::warn!(%what, "a closed session's ROLLBACK could not undo DDL");
+                    }
+                });
             }
         }
     }
@@ -349,6 +355,16 @@ impl SqlSession {
             .lock()
             .map(|mut n| std::mem::take(&mut *n))
             .unwrap_or_default()
+    }
+
+    /// Warns of the DDL a rollback left in place (`ddlundo.rs` invariant 3).
+    fn not_undone(&self, left: &[String]) {
+        for what in left {
+            self.notice(
+                "01000",
+                &format!("ROLLBACK did not undo this transaction's change of {what}"),
+            );
+        }
     }
 
     pub(super) fn notice(&self, code: &'static str, message: &str) {
@@ -481,7 +497,8 @@ impl SqlSession {
             return Ok(true);
         };
         if aborted {
-            tx.rollback(&self.tables).await;
+            let left = tx.rollback(&self.tables).await;
+            self.not_undone(&left);
             self.temp.end_transaction(false)?;
             return Ok(false);
         }
@@ -493,7 +510,8 @@ impl SqlSession {
     pub async fn rollback(&self) {
         self.abort.clear();
         if let Some(tx) = self.abort.slot.set(None) {
-            tx.rollback(&self.tables).await;
+            let left = tx.rollback(&self.tables).await;
+            self.not_undone(&left);
             if let Err(e) = self.temp.end_transaction(false) {
                 tracing::warn!(error = %e, "cannot restore the temporary tables at ROLLBACK");
             }
@@ -543,7 +561,8 @@ impl SqlSession {
                 "RELEASE".into()
             }
             _ => {
-                tx.rollback_to(&name, &self.tables).await?;
+                let left = tx.rollback_to(&name, &self.tables).await?;
+                self.not_undone(&left);
                 self.temp.rollback_to(&name)?;
                 self.abort.clear();
                 "ROLLBACK".into()
@@ -657,8 +676,16 @@ impl SqlSession {
     ) -> Result<Outcome> {
         // Boxed: the statement's future is large (every kind of statement in one state
         // machine); callers' futures stay small, and debug builds' stacks with them.
-        self.guarded(Box::pin(self.execute_unguarded(stmt, plan)))
-            .await
+        let recorder = match StatementKind::of(&stmt) {
+            StatementKind::Begin | StatementKind::Commit | StatementKind::Rollback => None,
+            _ => self.transaction().map(|tx| tx.undo_recorder()),
+        };
+        let run = self.guarded(Box::pin(self.execute_unguarded(stmt, plan)));
+        match recorder {
+            // Its catalog commits can be undone (`ddlundo.rs`).
+            Some(r) => crate::ddlundo::recording(r, run).await,
+            None => run.await,
+        }
     }
 
     /// The context a statement runs in: the session's, or, when queries are spread over

@@ -12,15 +12,29 @@ use tierdb_tables::{EngineOptions, SqlEngine, Tables};
 
 /// An engine on `capacity`, cutting segments of `segment_rows` rows.
 pub async fn engine_on(capacity: Arc<InMemory>, segment_rows: usize) -> SqlEngine {
+    open_engine(capacity, segment_rows, false).await
+}
+
+/// An engine on `capacity` that fences the writer still running there, as a process
+/// started after another was killed does.
+pub async fn engine_taking_over(capacity: Arc<InMemory>, segment_rows: usize) -> SqlEngine {
+    open_engine(capacity, segment_rows, true).await
+}
+
+async fn open_engine(capacity: Arc<InMemory>, segment_rows: usize, take_over: bool) -> SqlEngine {
     let store = TieredStore::with_capacity(capacity, "memory".into(), TierOptions::default())
         .await
         .unwrap();
     let options = KvOptions {
         create: true,
         compaction: false,
+        take_over,
         ..KvOptions::default()
     };
-    let kv = Arc::new(KvDb::open(store, "db", "db", &options).await.unwrap());
+    let kv = KvDb::open(store, "db", "db", &options).await.unwrap();
+    // As `tierdb_engine::Database::open` does for a writer.
+    tierdb_tables::ddlundo::recover(&kv).await.unwrap();
+    let kv = Arc::new(kv);
     let mut tables = Tables::open(tierdb_kv::KvHandle::Writer(kv));
     tables.segment_options.segment_rows = segment_rows;
     tables.segment_options.row_group_rows = segment_rows.min(1 << 17);
