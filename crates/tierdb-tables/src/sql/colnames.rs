@@ -89,8 +89,9 @@ pub fn unique_result_names(stmt: &mut DfStatement) -> bool {
 /// (`casts.rs`). An INSERT of a query over VALUES is planned by `insert_source.rs`.
 pub(crate) async fn statement_to_plan(
     state: &datafusion::execution::SessionState,
-    stmt: DfStatement,
+    mut stmt: DfStatement,
 ) -> datafusion::common::Result<datafusion::logical_expr::LogicalPlan> {
+    super::insert_source::name_leading_columns(state, &mut stmt).await?;
     if let Some(plan) = super::insert_source::plan(state, &stmt).await? {
         return super::casts::text_casts_are_text(plan);
     }

@@ -13,7 +13,11 @@
 //!    rows), then projected onto the table as DataFusion projects any INSERT's source:
 //!    each named column cast from the source column in its position, every other column
 //!    its default (a SERIAL's `nextval`) or NULL, cast to the column's type.
-//! 3. The column count must match, as PostgreSQL says: more source columns than target
+//! 3. An INSERT without a column list whose source has fewer columns than the table names
+//!    the first ones, as PostgreSQL reads it: `INSERT INTO t VALUES (1)` into `t (a, b)`
+//!    sets `a` and gives `b` its default ([`name_leading_columns`]), for every INSERT,
+//!    also the ones DataFusion plans.
+//! 4. The column count must match, as PostgreSQL says: more source columns than target
 //!    columns is 42601 "INSERT has more expressions than target columns", fewer
 //!    "INSERT has more target columns than expressions".
 
@@ -26,7 +30,9 @@ use datafusion::logical_expr::dml::{DmlStatement, InsertOp, WriteOp};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::planner::object_name_to_table_reference;
-use datafusion::sql::sqlparser::ast::{Insert, SetExpr, Statement, TableObject};
+use datafusion::sql::sqlparser::ast::{
+    Ident, Insert, ObjectName, SelectItem, SetExpr, Statement, TableObject,
+};
 
 type Result<T> = datafusion::common::Result<T>;
 
@@ -159,4 +165,59 @@ mod tests {
             assert!(planned_here(&parsed(sql)).is_none(), "{sql}");
         }
     }
+}
+
+/// Rule 3: gives an INSERT without a column list, whose source (a VALUES list, or a SELECT
+/// without `*`) has fewer columns than the table, the list of the table's first columns.
+pub(crate) async fn name_leading_columns(
+    state: &SessionState,
+    stmt: &mut DfStatement,
+) -> Result<()> {
+    let DfStatement::Statement(s) = stmt else {
+        return Ok(());
+    };
+    let Statement::Insert(insert) = s.as_mut() else {
+        return Ok(());
+    };
+    let (TableObject::TableName(name), Some(source)) = (&insert.table, &insert.source) else {
+        return Ok(());
+    };
+    if !insert.columns.is_empty() {
+        return Ok(());
+    }
+    let width = match source.body.as_ref() {
+        SetExpr::Values(v) => v.rows.iter().map(|r| r.content.len()).max(),
+        SetExpr::Select(sel)
+            if !sel.projection.iter().any(|i| {
+                matches!(
+                    i,
+                    SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+                )
+            }) =>
+        {
+            Some(sel.projection.len())
+        }
+        _ => None,
+    };
+    let Some(width) = width else {
+        return Ok(());
+    };
+    let normalize = state.config_options().sql_parser.enable_ident_normalization;
+    let table = object_name_to_table_reference(name.clone(), normalize)?;
+    let Ok(schema) = state.schema_for_ref(table.clone()) else {
+        return Ok(()); // the planner names what is missing
+    };
+    let Some(provider) = schema.table(table.table()).await? else {
+        return Ok(());
+    };
+    let fields = provider.schema().fields().clone();
+    if width == 0 || width >= fields.len() {
+        return Ok(());
+    }
+    insert.columns = fields
+        .iter()
+        .take(width)
+        .map(|f| ObjectName::from(vec![Ident::with_quote('"', f.name())]))
+        .collect();
+    Ok(())
 }
