@@ -140,33 +140,6 @@ pub(crate) async fn plan(state: &SessionState, stmt: &DfStatement) -> Result<Opt
     ))))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parsed(sql: &str) -> DfStatement {
-        crate::sql::parse(sql).unwrap().remove(0)
-    }
-
-    #[test]
-    fn only_an_insert_of_a_query_over_values_is_planned_here() {
-        for sql in [
-            "INSERT INTO t (a) SELECT p0 FROM (VALUES (1, 0), (2, 1)) AS v(p0, n) ORDER BY n",
-            "INSERT INTO t SELECT * FROM (VALUES (1)) v",
-        ] {
-            assert!(planned_here(&parsed(sql)).is_some(), "{sql}");
-        }
-        for sql in [
-            "INSERT INTO t VALUES (1, 2)",
-            "INSERT INTO t (a) VALUES (1)",
-            "INSERT INTO t SELECT a FROM u",
-            "SELECT * FROM (VALUES (1)) v",
-        ] {
-            assert!(planned_here(&parsed(sql)).is_none(), "{sql}");
-        }
-    }
-}
-
 /// Rule 3: gives an INSERT without a column list, whose source (a VALUES list, or a SELECT
 /// without `*`) has fewer columns than the table, the list of the table's first columns.
 pub(crate) async fn name_leading_columns(
@@ -220,4 +193,31 @@ pub(crate) async fn name_leading_columns(
         .map(|f| ObjectName::from(vec![Ident::with_quote('"', f.name())]))
         .collect();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(sql: &str) -> DfStatement {
+        crate::sql::parse(sql).unwrap().remove(0)
+    }
+
+    #[test]
+    fn only_an_insert_of_a_query_over_values_is_planned_here() {
+        for sql in [
+            "INSERT INTO t (a) SELECT p0 FROM (VALUES (1, 0), (2, 1)) AS v(p0, n) ORDER BY n",
+            "INSERT INTO t SELECT * FROM (VALUES (1)) v",
+        ] {
+            assert!(planned_here(&parsed(sql)).is_some(), "{sql}");
+        }
+        for sql in [
+            "INSERT INTO t VALUES (1, 2)",
+            "INSERT INTO t (a) VALUES (1)",
+            "INSERT INTO t SELECT a FROM u",
+            "SELECT * FROM (VALUES (1)) v",
+        ] {
+            assert!(planned_here(&parsed(sql)).is_none(), "{sql}");
+        }
+    }
 }
