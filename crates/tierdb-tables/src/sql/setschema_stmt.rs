@@ -3,6 +3,10 @@
 //! `ALTER SEQUENCE … SET SCHEMA s` itself) it becomes `CALL tierdb_set_schema('<table|view>',
 //! '<name>', '<schema>', '<if exists>')` with the name and schema as written, carried out
 //! by [`crate::tables::Tables::set_schema`] (`setschema.rs`).
+//!
+//! `ALTER VIEW [IF EXISTS] name RENAME TO new`, which the parser does not read either
+//! (it reads only `ALTER VIEW … AS`), becomes `ALTER TABLE …` ([`view_rename`]), which
+//! renames a view as PostgreSQL's does.
 
 use datafusion::sql::sqlparser::ast::{AlterSchema, AlterSchemaOperation, Function};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -79,6 +83,42 @@ pub(super) fn as_call(tokens: &[Token]) -> Option<String> {
         PROCEDURE,
         &[kind, &name, &schema.to_string(), if_exists],
     ))
+}
+
+/// The text of an `ALTER VIEW [IF EXISTS] name RENAME TO new` statement's tokens as
+/// `ALTER TABLE …`; `None` for other statements.
+pub(super) fn view_rename(tokens: &[Token]) -> Option<String> {
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !is_space(&tokens[i]) && tokens[i] != Token::SemiColon)
+        .collect();
+    let at = |k: usize| solid.get(k).map(|&i| &tokens[i]);
+    if !at(0).is_some_and(|t| keyword(t, Keyword::ALTER))
+        || !at(1).is_some_and(|t| keyword(t, Keyword::VIEW))
+    {
+        return None;
+    }
+    let n = solid.len();
+    let renames = n >= 5
+        && at(n - 3).is_some_and(|t| keyword(t, Keyword::RENAME))
+        && at(n - 2).is_some_and(|t| keyword(t, Keyword::TO))
+        && at(n - 1).is_some_and(|t| matches!(t, Token::Word(_)));
+    if !renames {
+        return None;
+    }
+    let view = solid[1];
+    Some(
+        tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                if i == view {
+                    "TABLE".to_string()
+                } else {
+                    t.to_string()
+                }
+            })
+            .collect(),
+    )
 }
 
 /// What a CALL of [`PROCEDURE`] moves: (kind, name, schema, if exists), the names as
@@ -201,5 +241,30 @@ mod tests {
             call_arguments(f),
             Some((RelationKind::Table, "t".into(), "b".into(), false))
         );
+    }
+
+    #[test]
+    fn alter_view_rename_becomes_alter_table() {
+        let rewritten = |sql: &str| {
+            let tokens = datafusion::sql::sqlparser::tokenizer::Tokenizer::new(
+                &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+                sql,
+            )
+            .tokenize()
+            .expect("tokens");
+            view_rename(&tokens)
+        };
+        assert_eq!(
+            rewritten("alter view if exists s.\"V\" rename to w;").as_deref(),
+            Some("alter TABLE if exists s.\"V\" rename to w;")
+        );
+        for other in [
+            "ALTER VIEW v AS SELECT 1",
+            "ALTER VIEW v RENAME COLUMN a TO b",
+            "ALTER TABLE t RENAME TO u",
+            "ALTER VIEW v SET SCHEMA b",
+        ] {
+            assert_eq!(rewritten(other), None, "{other}");
+        }
     }
 }
