@@ -89,7 +89,7 @@ pub fn reads(view: &ViewDef) -> BTreeSet<String> {
     if let Some(mut query) = parsed(&view.query) {
         let _ = query.visit(&mut Names {
             renames: &HashMap::new(),
-            ctes: Vec::new(),
+            ctes: Default::default(),
             found: &mut found,
             changed: false,
         });
@@ -155,7 +155,7 @@ fn renamed_query(query: &str, renames: &HashMap<String, String>) -> Option<Strin
     let mut found = BTreeSet::new();
     let mut names = Names {
         renames,
-        ctes: Vec::new(),
+        ctes: Default::default(),
         found: &mut found,
         changed: false,
     };
@@ -204,8 +204,8 @@ fn sql_name(name: &str) -> ObjectName {
 /// Finds (and renames) the relations a query reads, minding `WITH` names (invariant 1).
 struct Names<'a> {
     renames: &'a HashMap<String, String>,
-    /// The names `WITH` clauses define, innermost last.
-    ctes: Vec<HashSet<String>>,
+    /// The names `WITH` clauses define where the visitor is.
+    ctes: crate::sql::withnames::WithNames,
     found: &'a mut BTreeSet<String>,
     changed: bool,
 }
@@ -214,18 +214,12 @@ impl VisitorMut for Names<'_> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        let names = query
-            .with
-            .iter()
-            .flat_map(|w| w.cte_tables.iter())
-            .map(|c| crate::sql::ident_name(&c.alias.name))
-            .collect();
-        self.ctes.push(names);
+        self.ctes.enter(query);
         ControlFlow::Continue(())
     }
 
     fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
-        self.ctes.pop();
+        self.ctes.leave();
         ControlFlow::Continue(())
     }
 
@@ -239,7 +233,7 @@ impl VisitorMut for Names<'_> {
         let Some(key) = relation_name(name) else {
             return ControlFlow::Continue(());
         };
-        if name.0.len() == 1 && self.ctes.iter().any(|c| c.contains(&key)) {
+        if name.0.len() == 1 && self.ctes.defines(&key) {
             return ControlFlow::Continue(());
         }
         if let Some(new) = self.renames.get(&key) {

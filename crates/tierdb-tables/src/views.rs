@@ -300,33 +300,27 @@ fn rewrite<T: VisitMut>(node: &mut T, expanded: &HashMap<String, (Query, Vec<Str
     }
     let mut v = Expander {
         expanded,
-        ctes: Vec::new(),
+        ctes: Default::default(),
     };
     let _ = node.visit(&mut v);
 }
 
 struct Expander<'a> {
     expanded: &'a HashMap<String, (Query, Vec<String>)>,
-    /// The names `WITH` clauses define, innermost last (invariant 3).
-    ctes: Vec<HashSet<String>>,
+    /// The names `WITH` clauses define where the visitor is (invariant 3).
+    ctes: crate::sql::withnames::WithNames,
 }
 
 impl VisitorMut for Expander<'_> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        let names = query
-            .with
-            .iter()
-            .flat_map(|w| w.cte_tables.iter())
-            .map(|c| c.alias.name.value.to_lowercase())
-            .collect();
-        self.ctes.push(names);
+        self.ctes.enter(query);
         ControlFlow::Continue(())
     }
 
     fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
-        self.ctes.pop();
+        self.ctes.leave();
         ControlFlow::Continue(())
     }
 
@@ -343,7 +337,7 @@ impl VisitorMut for Expander<'_> {
         let Some(key) = relation_name(name) else {
             return ControlFlow::Continue(());
         };
-        if self.ctes.iter().any(|c| c.contains(&key)) {
+        if self.ctes.defines(&key) {
             return ControlFlow::Continue(());
         }
         let Some((query, columns)) = self.expanded.get(&key) else {

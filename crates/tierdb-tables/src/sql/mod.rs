@@ -44,6 +44,7 @@ mod setschema_stmt;
 mod temp;
 mod temp_stmt;
 mod upsert;
+pub(crate) mod withnames;
 
 pub use plancache::PlanCache;
 use session::Abort;

@@ -31,7 +31,6 @@
 //! inside strings (`'t'::regclass`, ALTER SEQUENCE's), which stay `public`'s unless
 //! qualified.
 
-use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -86,7 +85,7 @@ pub(crate) fn qualify(stmt: &mut DfStatement, path: &[String], rel: &dyn Relatio
     let mut q = Qualifier {
         schemas: &schemas,
         rel,
-        ctes: Vec::new(),
+        ctes: Default::default(),
         error: None,
     };
     match stmt {
@@ -103,8 +102,8 @@ pub(crate) fn qualify(stmt: &mut DfStatement, path: &[String], rel: &dyn Relatio
 struct Qualifier<'a> {
     schemas: &'a [String],
     rel: &'a dyn Relations,
-    /// The names `WITH` clauses define, innermost last.
-    ctes: Vec<HashSet<String>>,
+    /// The names `WITH` clauses define where the visitor is.
+    ctes: super::withnames::WithNames,
     error: Option<TableError>,
 }
 
@@ -179,7 +178,7 @@ impl Qualifier<'_> {
             return;
         };
         let own = ident_name(id);
-        if self.ctes.iter().any(|c| c.contains(&own)) || self.rel.is_temp(&own) {
+        if self.ctes.defines(&own) || self.rel.is_temp(&own) {
             return;
         }
         for s in self.schemas {
@@ -207,18 +206,12 @@ impl VisitorMut for Qualifier<'_> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        let names = query
-            .with
-            .iter()
-            .flat_map(|w| w.cte_tables.iter())
-            .map(|c| ident_name(&c.alias.name))
-            .collect();
-        self.ctes.push(names);
+        self.ctes.enter(query);
         ControlFlow::Continue(())
     }
 
     fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
-        self.ctes.pop();
+        self.ctes.leave();
         ControlFlow::Continue(())
     }
 
@@ -316,7 +309,7 @@ impl SqlSession {
             let mut q = Qualifier {
                 schemas: &schemas,
                 rel: &rel,
-                ctes: Vec::new(),
+                ctes: Default::default(),
                 error: None,
             };
             q.reference(&mut name);
