@@ -138,6 +138,9 @@ impl TableError {
                     },
                     DataFusionError::Shared(s) => e = s.as_ref(),
                     DataFusionError::Context(_, inner) => e = inner.as_ref(),
+                    // The planner's refusal without "type_coercion caused by Error during
+                    // planning: " around it: the words say what is wrong.
+                    DataFusionError::Plan(m) => return m.clone(),
                     // PostgreSQL's words for 53200, then what ran out and how to give more.
                     DataFusionError::ResourcesExhausted(m) => {
                         return format!(
@@ -223,8 +226,7 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             SchemaError::DuplicateQualifiedField { .. }
             | SchemaError::DuplicateUnqualifiedField { .. } => "42701",
         },
-        DataFusionError::Plan(m) if m.starts_with("Invalid function") => "42883", // undefined_function
-        DataFusionError::Plan(_) => "42P01", // what planning rejects first is an unknown table
+        DataFusionError::Plan(m) => crate::plancodes::plan_sqlstate(m),
         DataFusionError::NotImplemented(_) => "0A000", // feature_not_supported
         DataFusionError::ResourcesExhausted(_) => "53200", // out_of_memory
         DataFusionError::Context(_, e) | DataFusionError::Diagnostic(_, e) => {

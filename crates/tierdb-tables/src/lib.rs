@@ -47,6 +47,7 @@ pub mod merge;
 pub mod origin;
 pub mod parsefix;
 pub mod pgtext;
+mod plancodes;
 pub mod provider;
 pub mod readahead;
 pub mod rows;
