@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field};
-use datafusion::common::Result;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::logical_expr::{Cast, Expr, LogicalPlan, TryCast};
+use datafusion::common::{DFSchema, Result};
+use datafusion::logical_expr::{Cast, Expr, ExprSchemable, LogicalPlan, TryCast};
 
 /// The metadata key of a cast's own target field.
 pub const CAST_MARK: &str = "tierdb.cast";
@@ -18,7 +18,8 @@ pub const CAST_MARK: &str = "tierdb.cast";
 /// `plan` with its casts to text declaring no other type (module doc).
 pub(crate) fn text_casts_are_text(plan: LogicalPlan) -> Result<LogicalPlan> {
     let out = plan.transform_up_with_subqueries(|node| {
-        let changed = node.map_expressions(|e| e.transform_up(|e| Ok(own_target(e))))?;
+        let inputs = input_schema(&node);
+        let changed = node.map_expressions(|e| e.transform_up(|e| Ok(own_target(e, &inputs))))?;
         if changed.transformed {
             changed.map_data(|p| p.recompute_schema())
         } else {
@@ -28,27 +29,49 @@ pub(crate) fn text_casts_are_text(plan: LogicalPlan) -> Result<LogicalPlan> {
     Ok(out.data)
 }
 
-fn own_target(e: Expr) -> Transformed<Expr> {
+/// The schema `node`'s expressions read: its inputs' together (a join's two sides), or
+/// its own for a node without inputs (a scan's filters).
+fn input_schema(node: &LogicalPlan) -> Option<DFSchema> {
+    let mut inputs = node.inputs().into_iter();
+    let Some(first) = inputs.next() else {
+        return Some(node.schema().as_ref().clone());
+    };
+    inputs.try_fold(first.schema().as_ref().clone(), |mut merged, next| {
+        merged.merge(next.schema());
+        Some(merged)
+    })
+}
+
+/// A cast to text with a target field of its own. Its nullability is the value's (a
+/// TRY_CAST's is always nullable), as DataFusion's logical plan says of any cast: the
+/// physical plan takes an own target field's nullability as it is, and the two must
+/// agree or DataFusion refuses the plan ("Physical input schema should be the same",
+/// as a GROUP BY over `CAST(not_null_col AS VARCHAR)` was).
+fn own_target(e: Expr, inputs: &Option<DFSchema>) -> Transformed<Expr> {
     let marked = |f: &Arc<Field>| f.metadata().contains_key(CAST_MARK);
     let text =
         |t: &DataType| matches!(t, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8);
-    let target = |f: &Arc<Field>| {
+    let target = |f: &Arc<Field>, nullable: bool| {
         Arc::new(
-            Field::new("", f.data_type().clone(), true)
+            Field::new("", f.data_type().clone(), nullable)
                 .with_metadata([(CAST_MARK.to_string(), String::new())].into()),
         )
     };
+    let nullable = |value: &Expr| {
+        inputs
+            .as_ref()
+            .and_then(|schema| value.nullable(schema).ok())
+            .unwrap_or(true)
+    };
     match e {
         Expr::Cast(Cast { expr, field }) if text(field.data_type()) && !marked(&field) => {
-            Transformed::yes(Expr::Cast(Cast {
-                expr,
-                field: target(&field),
-            }))
+            let field = target(&field, nullable(&expr));
+            Transformed::yes(Expr::Cast(Cast { expr, field }))
         }
         Expr::TryCast(TryCast { expr, field }) if text(field.data_type()) && !marked(&field) => {
             Transformed::yes(Expr::TryCast(TryCast {
                 expr,
-                field: target(&field),
+                field: target(&field, true),
             }))
         }
         other => Transformed::no(other),
