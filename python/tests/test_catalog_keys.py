@@ -166,8 +166,8 @@ def test_comments_are_kept_and_read_as_postgresql_reads_them(servers):
 
 
 def test_system_views_answer_as_postgresql(servers):
-    """pg_indexes, pg_tables, pg_views, pg_sequences and information_schema's views and
-    sequences, row for row as PostgreSQL's (the owner is each server's own user; a view's
+    """pg_indexes, pg_tables, pg_views, pg_sequences and information_schema's views,
+    sequences, table_constraints and key_column_usage, row for row as PostgreSQL's (the owner is each server's own user; a view's
     text is each server's own rendering of its query; tierdb's views are read-only, so
     `is_updatable` is NO where PostgreSQL's simple view says YES). A view made here and
     dropped."""
@@ -183,6 +183,19 @@ def test_system_views_answer_as_postgresql(servers):
         "SELECT table_schema, table_name, view_definition LIKE '%acct%', check_option "
         "FROM information_schema.views WHERE table_schema = 'public'",
         "SELECT * FROM information_schema.sequences ORDER BY sequence_name",
+        "SELECT constraint_catalog, constraint_schema, constraint_name, table_catalog, "
+        "table_schema, table_name, constraint_type, is_deferrable, initially_deferred, "
+        "enforced, nulls_distinct FROM information_schema.table_constraints "
+        "WHERE table_schema = 'public' AND constraint_type <> 'CHECK' "
+        "ORDER BY table_name, constraint_name",
+        # NOT NULL columns are CHECK constraints named by oids, which differ: count them.
+        "SELECT table_name, count(*) FROM information_schema.table_constraints "
+        "WHERE table_schema = 'public' AND constraint_type = 'CHECK' "
+        "AND constraint_name LIKE '%_not_null' GROUP BY table_name ORDER BY table_name",
+        "SELECT constraint_catalog, constraint_schema, constraint_name, table_catalog, "
+        "table_schema, table_name, column_name, ordinal_position, position_in_unique_constraint "
+        "FROM information_schema.key_column_usage WHERE table_schema = 'public' "
+        "ORDER BY table_name, constraint_name, ordinal_position",
     ]
     got = {}
     for name, (port, user, password, db) in servers.items():
@@ -197,8 +210,9 @@ def test_system_views_answer_as_postgresql(servers):
     for q, t, p in zip(queries, got["tierdb"], got["postgres"]):
         assert t == p, (q, t, p)
     counts = [len(rows) for rows in got["tierdb"]]
-    # 7 indexes; 4 tables; the view; 2 sequences; the view; 2 sequences.
-    assert counts == [7, 4, 1, 2, 1, 2], counts
+    # 7 indexes; 4 tables; the view; 2 sequences; the view; 2 sequences; 5 key
+    # constraints; 3 tables with NOT NULL columns; 6 key columns.
+    assert counts == [7, 4, 1, 2, 1, 2, 5, 3, 6], counts
 
 
 def test_a_dump_restores_row_tables_with_their_keys(servers, tmp_path):

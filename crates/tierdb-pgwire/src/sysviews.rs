@@ -9,6 +9,7 @@
 //! | `information_schema.columns` | DataFusion's names Arrow types (`Utf8`, `Int32`) and has 15 of PostgreSQL's 44 columns: dbt's `get_columns_in_relation`, Grafana, Metabase and DBeaver read `data_type`, `udt_name`, `character_maximum_length` |
 //! | `information_schema.views` | DataFusion's has other columns (`definition`, no `view_definition`) and lists every table |
 //! | `information_schema.sequences` | absent |
+//! | `information_schema.table_constraints`, `key_column_usage` | absent (TypeORM, Prisma, Metabase, DBeaver and schema-diff tools read a table's keys from them) |
 //! | `pg_tables` | datafusion-pg-catalog's lists views as tables, names `hasindexes` `hasindex` and shows no table as having an index (dbt lists relations from `pg_tables` and `pg_views`) |
 //! | `pg_views` | datafusion-pg-catalog's is empty |
 //! | `pg_indexes` | absent (psql users, Grafana, ORMs' index introspection) |
@@ -144,6 +145,61 @@ FROM pg_catalog.pg_sequence s \
  JOIN pg_catalog.pg_namespace n ON c.relnamespace = n.oid \
 WHERE c.relkind = 'S'";
 
+/// PostgreSQL 15's `information_schema.table_constraints`: the PRIMARY KEY and UNIQUE
+/// constraints of `pg_constraint`, and a CHECK per NOT NULL column named as PostgreSQL
+/// names it (`<schema oid>_<table oid>_<column number>_not_null`). tierdb has no
+/// deferrable constraints and enforces every one it keeps.
+const TABLE_CONSTRAINTS: &str = "\
+SELECT CAST(current_database() AS VARCHAR) AS constraint_catalog, \
+ CAST(u.nspname AS VARCHAR) AS constraint_schema, \
+ CAST(u.conname AS VARCHAR) AS constraint_name, \
+ CAST(current_database() AS VARCHAR) AS table_catalog, \
+ CAST(u.nspname AS VARCHAR) AS table_schema, \
+ CAST(u.relname AS VARCHAR) AS table_name, \
+ CAST(CASE u.contype WHEN 'c' THEN 'CHECK' WHEN 'f' THEN 'FOREIGN KEY' \
+   WHEN 'p' THEN 'PRIMARY KEY' WHEN 'u' THEN 'UNIQUE' END AS VARCHAR) AS constraint_type, \
+ CAST('NO' AS VARCHAR) AS is_deferrable, \
+ CAST('NO' AS VARCHAR) AS initially_deferred, \
+ CAST('YES' AS VARCHAR) AS enforced, \
+ CAST(CASE WHEN u.contype = 'u' THEN 'YES' END AS VARCHAR) AS nulls_distinct \
+FROM (\
+ SELECT n.nspname, k.conname, c.relname, k.contype \
+ FROM pg_catalog.pg_constraint k \
+  JOIN pg_catalog.pg_class c ON c.oid = k.conrelid \
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+ WHERE k.contype IN ('c', 'f', 'p', 'u') AND c.relkind IN ('r', 'p') \
+  AND NOT pg_is_other_temp_schema(n.oid) \
+ UNION ALL \
+ SELECT n.nspname, \
+  CAST(n.oid AS VARCHAR) || '_' || CAST(c.oid AS VARCHAR) || '_' \
+   || CAST(a.attnum AS VARCHAR) || '_not_null', \
+  c.relname, 'c' \
+ FROM pg_catalog.pg_attribute a \
+  JOIN pg_catalog.pg_class c ON a.attrelid = c.oid \
+  JOIN pg_catalog.pg_namespace n ON c.relnamespace = n.oid \
+ WHERE a.attnotnull AND a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p') \
+  AND NOT pg_is_other_temp_schema(n.oid)) u";
+
+/// PostgreSQL 15's `information_schema.key_column_usage`: a row per column of each
+/// PRIMARY KEY, UNIQUE and FOREIGN KEY constraint, numbered by its place in the key
+/// (`conkey`), as ORMs and schema tools read a table's keys.
+const KEY_COLUMN_USAGE: &str = "\
+SELECT CAST(current_database() AS VARCHAR) AS constraint_catalog, \
+ CAST(n.nspname AS VARCHAR) AS constraint_schema, \
+ CAST(k.conname AS VARCHAR) AS constraint_name, \
+ CAST(current_database() AS VARCHAR) AS table_catalog, \
+ CAST(n.nspname AS VARCHAR) AS table_schema, \
+ CAST(c.relname AS VARCHAR) AS table_name, \
+ CAST(a.attname AS VARCHAR) AS column_name, \
+ CAST(array_position(k.conkey, a.attnum) AS INT) AS ordinal_position, \
+ CAST(NULL AS INT) AS position_in_unique_constraint \
+FROM pg_catalog.pg_constraint k \
+ JOIN pg_catalog.pg_class c ON c.oid = k.conrelid \
+ JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+ JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND array_has(k.conkey, a.attnum) \
+WHERE k.contype IN ('p', 'u', 'f') AND c.relkind IN ('r', 'p') \
+ AND NOT pg_is_other_temp_schema(n.oid)";
+
 /// PostgreSQL 15's `pg_tables`: tables (`r`, `p`), not views.
 const PG_TABLES: &str = "\
 SELECT CAST(n.nspname AS VARCHAR) AS schemaname, \
@@ -202,8 +258,20 @@ WHERE c.relkind = 'S'";
 
 /// The replaced relations (invariant 1): schema, name, whether the name alone also
 /// names it, its query.
-const VIEWS: [(&str, &str, bool, &str); 7] = [
+const VIEWS: [(&str, &str, bool, &str); 9] = [
     ("information_schema", "columns", false, COLUMNS),
+    (
+        "information_schema",
+        "table_constraints",
+        false,
+        TABLE_CONSTRAINTS,
+    ),
+    (
+        "information_schema",
+        "key_column_usage",
+        false,
+        KEY_COLUMN_USAGE,
+    ),
     ("information_schema", "views", false, INFO_VIEWS),
     ("information_schema", "sequences", false, INFO_SEQUENCES),
     ("pg_catalog", "pg_tables", true, PG_TABLES),
