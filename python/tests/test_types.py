@@ -1,5 +1,5 @@
 """Column types through `tierdb serve`, against PostgreSQL 15 as the oracle: the same table
-(SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, NUMERIC(p,s), VARCHAR(n), CHAR(n), TEXT,
+(SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, NUMERIC(p,s), VARCHAR(n), VARCHAR, CHAR(n), TEXT,
 BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, TIME, BYTEA, UUID, JSON, JSONB) on both, the same rows written with driver
 parameters, then compared: the values read back, the column types and typmods the
 RowDescription reports, COPY TO STDOUT in text and CSV byte for byte, COPY FROM STDIN of
@@ -48,6 +48,7 @@ COLUMNS = [
     ("j", "JSON"),
     ("jb", "JSONB"),
     ("tm", "TIME"),
+    ("vu", "VARCHAR"),
 ]
 UTC = datetime.timezone.utc
 ROWS = [
@@ -55,13 +56,13 @@ ROWS = [
      True, datetime.date(2024, 2, 29), datetime.datetime(2024, 1, 2, 3, 4, 5, 123456),
      datetime.datetime(2024, 1, 2, 1, 4, 5, tzinfo=UTC), b"\x00\xff\\",
      uuid.UUID("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"), Json(DOC), Jsonb(DOC),
-     datetime.time(10, 11, 12, 500000)),
+     datetime.time(10, 11, 12, 500000), "no length"),
     (2, -32768, -2147483648, -9223372036854775808, -0.25, -1e300, decimal.Decimal("-0.01"), "", "abc", "line\nbreak",
      False, datetime.date(1970, 1, 1), datetime.datetime(1970, 1, 1),
      datetime.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), b"",
-     uuid.UUID(int=0), Json([]), Jsonb("text"), datetime.time(23, 59, 59, 999999)),
+     uuid.UUID(int=0), Json([]), Jsonb("text"), datetime.time(23, 59, 59, 999999), ""),
     (3, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None,
-     None),
+     None, None),
 ]
 
 
@@ -372,6 +373,25 @@ def test_information_schema_columns_answers_as_postgresql(both):
             if name in ("table_catalog", "udt_catalog"):
                 continue
             assert gv == wv, f"{w[3]}.{name}: tierdb {gv!r}, PostgreSQL {wv!r}"
+
+
+def test_create_table_as_keeps_declared_types_as_postgresql(both):
+    """CREATE TABLE … AS SELECT keeps each column's declared type (VARCHAR(5) stays
+    `character varying(5)`, UUID stays uuid), as PostgreSQL's does; the columns say it in
+    information_schema.columns."""
+    pg, td = both
+    sql = ("SELECT column_name, data_type, udt_name, character_maximum_length, "
+           "numeric_precision, numeric_scale FROM information_schema.columns "
+           "WHERE table_schema = 'public' AND table_name = 'ty_as' ORDER BY ordinal_position")
+    got = []
+    for conn in (pg, td):
+        conn.execute("CREATE TABLE ty_as AS SELECT * FROM ty")
+        try:
+            got.append(conn.execute(sql).fetchall())
+        finally:
+            conn.execute("DROP TABLE ty_as")
+    assert len(got[0]) == len(COLUMNS)
+    assert got[1] == got[0]
 
 
 NAMED_QUERIES = [

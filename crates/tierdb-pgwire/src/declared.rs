@@ -76,6 +76,7 @@ pub(crate) fn type_and_typmod(ty: ColumnType) -> Option<(i32, i32)> {
         ),
         // Stored as text (`tierdb_tables::pgtext`); no typmod.
         ColumnType::Uuid => (2950, -1),
+        ColumnType::VarcharUnbounded => (1043, -1),
         ColumnType::Json => (114, -1),
         ColumnType::Jsonb => (3802, -1),
         _ => return None,

@@ -75,6 +75,7 @@ fn declared(info: FieldInfo, field: &datafusion::arrow::datatypes::Field) -> Fie
         // Typed text (`tierdb_tables::pgtext`): no typmod.
         let ty = match declared.as_str() {
             "UUID" => Type::UUID,
+            "CHARACTER VARYING" => Type::VARCHAR,
             "JSON" => Type::JSON,
             "JSONB" => Type::JSONB,
             _ => return info,

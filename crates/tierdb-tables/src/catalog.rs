@@ -136,7 +136,7 @@ pub enum ColumnType {
     /// REAL.
     Float32,
     Float64,
-    /// TEXT, VARCHAR without a length.
+    /// TEXT.
     Utf8,
     /// VARCHAR(n): at most `len` characters, enforced on every write (22001).
     Varchar {
@@ -165,6 +165,10 @@ pub enum ColumnType {
     Json,
     /// JSONB: stored as PostgreSQL's normalized text of the value (`pgtext.rs`).
     Jsonb,
+    /// VARCHAR without a length: any text, as TEXT, but described as PostgreSQL describes
+    /// it (`character varying`, type 1043). Columns declared so before this variant was
+    /// added are [`ColumnType::Utf8`] and read as `text`.
+    VarcharUnbounded,
 }
 
 /// The Arrow field metadata key of a column's declared SQL type, where Arrow's type does not
@@ -185,6 +189,7 @@ impl ColumnType {
             ColumnType::Float32 => DataType::Float32,
             ColumnType::Float64 => DataType::Float64,
             ColumnType::Utf8
+            | ColumnType::VarcharUnbounded
             | ColumnType::Varchar { .. }
             | ColumnType::Char { .. }
             | ColumnType::Uuid
@@ -238,6 +243,7 @@ impl ColumnType {
             ColumnType::Float64 => "DOUBLE".into(),
             ColumnType::Utf8 => "VARCHAR".into(),
             ColumnType::Varchar { len } => format!("VARCHAR({len})"),
+            ColumnType::VarcharUnbounded => "CHARACTER VARYING".into(),
             ColumnType::Char { len } => format!("CHAR({len})"),
             ColumnType::Date32 => "DATE".into(),
             ColumnType::Decimal { precision, scale } => format!("DECIMAL({precision},{scale})"),
@@ -257,8 +263,17 @@ impl ColumnType {
         self.max_chars().is_some()
             || matches!(
                 self,
-                ColumnType::Uuid | ColumnType::Json | ColumnType::Jsonb
+                ColumnType::Uuid
+                    | ColumnType::Json
+                    | ColumnType::Jsonb
+                    | ColumnType::VarcharUnbounded
             )
+    }
+
+    /// Whether values are plain text with no length, no padding and no format: TEXT and
+    /// VARCHAR without a length.
+    pub fn is_text(self) -> bool {
+        matches!(self, ColumnType::Utf8 | ColumnType::VarcharUnbounded)
     }
 
     /// The most characters a value may have (VARCHAR(n), CHAR(n)).
@@ -281,7 +296,9 @@ impl ColumnType {
             (
                 ColumnType::Utf8,
                 Sql::Varchar(l) | Sql::CharacterVarying(l) | Sql::CharVarying(l),
-            ) => len(l).map_or(self, |len| ColumnType::Varchar { len }),
+            ) => len(l).map_or(ColumnType::VarcharUnbounded, |len| ColumnType::Varchar {
+                len,
+            }),
             (ColumnType::Utf8, Sql::Char(l) | Sql::Character(l)) => ColumnType::Char {
                 len: len(l).unwrap_or(1),
             },
@@ -507,7 +524,10 @@ impl StatValue {
             (ColumnType::Float64, StatValue::Float(f)) => ScalarValue::Float64(Some(*f)),
             (ColumnType::Float64, StatValue::Int(i)) => ScalarValue::Float64(Some(*i as f64)),
             (
-                ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. },
+                ColumnType::Utf8
+                | ColumnType::VarcharUnbounded
+                | ColumnType::Varchar { .. }
+                | ColumnType::Char { .. },
                 StatValue::Str(s),
             ) => ScalarValue::Utf8(Some(s.clone())),
             (ColumnType::Decimal { precision, scale }, StatValue::Str(s)) => {

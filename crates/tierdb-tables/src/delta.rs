@@ -71,6 +71,7 @@ fn delta_type(ty: ColumnType) -> Option<String> {
         ColumnType::Float32 => "float".into(),
         ColumnType::Float64 => "double".into(),
         ColumnType::Utf8
+        | ColumnType::VarcharUnbounded
         | ColumnType::Varchar { .. }
         | ColumnType::Char { .. }
         | ColumnType::Uuid

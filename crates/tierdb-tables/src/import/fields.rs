@@ -67,7 +67,10 @@ impl Col {
             ColumnType::Int64 => Col::I64(Int64Builder::with_capacity(n)),
             ColumnType::Float32 => Col::F32(Float32Builder::with_capacity(n)),
             ColumnType::Float64 => Col::F64(Float64Builder::with_capacity(n)),
-            ColumnType::Utf8 | ColumnType::Varchar { .. } | ColumnType::Char { .. } => {
+            ColumnType::Utf8
+            | ColumnType::VarcharUnbounded
+            | ColumnType::Varchar { .. }
+            | ColumnType::Char { .. } => {
                 Col::Str(StringBuilder::with_capacity(n, n * 16), ty.max_chars())
             }
             ColumnType::Uuid | ColumnType::Json | ColumnType::Jsonb => {
@@ -246,7 +249,7 @@ pub(super) fn parse_chunk(
             // Empty is NULL, except in a NOT NULL text column (an empty string).
             if s.is_empty()
                 && !copy_text
-                && (c.nullable || c.ty.max_chars().is_none() && c.ty != ColumnType::Utf8)
+                && (c.nullable || c.ty.max_chars().is_none() && !c.ty.is_text())
             {
                 if !c.nullable {
                     bad = Some(format!(

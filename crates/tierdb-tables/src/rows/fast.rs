@@ -472,7 +472,10 @@ fn value(e: &SqlExpr, ty: ColumnType) -> Option<Expr> {
         ty,
         ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64
     );
-    let text = matches!(ty, ColumnType::Utf8 | ColumnType::Varchar { .. });
+    let text = matches!(
+        ty,
+        ColumnType::Utf8 | ColumnType::VarcharUnbounded | ColumnType::Varchar { .. }
+    );
     match e {
         SqlExpr::Value(v) => match &v.value {
             Value::Number(n, _) if integer => {

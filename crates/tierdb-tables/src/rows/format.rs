@@ -146,6 +146,7 @@ fn decode_value(r: &mut Reader<'_>, ty: ColumnType) -> std::result::Result<Scala
             ScalarValue::Decimal128(Some(i128::from_le_bytes(r.array()?)), precision, scale)
         }
         ColumnType::Utf8
+        | ColumnType::VarcharUnbounded
         | ColumnType::Varchar { .. }
         | ColumnType::Char { .. }
         | ColumnType::Uuid

@@ -282,7 +282,12 @@ fn assignable(from: ColumnType, to: ColumnType) -> bool {
             T::Int16 | T::Int32 | T::Int64 | T::Float32 | T::Float64 | T::Decimal { .. }
         )
     };
-    let text = |t| matches!(t, T::Utf8 | T::Varchar { .. } | T::Char { .. });
+    let text = |t| {
+        matches!(
+            t,
+            T::Utf8 | T::VarcharUnbounded | T::Varchar { .. } | T::Char { .. }
+        )
+    };
     let time = |t| matches!(t, T::Date32 | T::Timestamp | T::TimestampTz);
     let json = |t| matches!(t, T::Json | T::Jsonb);
     from == to
@@ -304,6 +309,7 @@ fn pg_name(t: ColumnType) -> String {
         T::Float32 => "real".into(),
         T::Float64 => "double precision".into(),
         T::Utf8 => "text".into(),
+        T::VarcharUnbounded => "character varying".into(),
         T::Varchar { len } => format!("character varying({len})"),
         T::Char { len } => format!("character({len})"),
         T::Date32 => "date".into(),

@@ -594,10 +594,13 @@ impl SqlSession {
         }
         let mut columns = Vec::new();
         for (i, f) in schema.fields().iter().enumerate() {
-            let mut ty = ColumnType::from_arrow(f.name(), f.data_type())?;
-            if let Some(d) = declared.get(i) {
-                ty = ty.with_declared(d);
-            }
+            let ty = ColumnType::from_arrow(f.name(), f.data_type())?;
+            let ty = match declared.get(i) {
+                Some(d) => ty.with_declared(d),
+                // CREATE TABLE … AS: a column keeps the type its value declares (a
+                // VARCHAR(5) column's), as in PostgreSQL.
+                None => declared_type(f),
+            };
             columns.push(ColumnDef {
                 name: f.name().clone(),
                 ty,
@@ -783,7 +786,7 @@ impl SqlSession {
     }
 }
 
-/// The type of a view's column as catalog listings show it: a column of a VARCHAR(20)
+/// The type of a view's or a CREATE TABLE … AS's column: a column of a VARCHAR(20)
 /// column (or cast to one) is VARCHAR(20), as its field's declared type says; one of a
 /// type tierdb does not store, text.
 fn declared_type(f: &datafusion::arrow::datatypes::Field) -> ColumnType {
