@@ -67,9 +67,9 @@ PYTHONPATH="$ROOT/python" timeout 900 "$PY" -m sqlcheck.run --tierdb "$CARGO_TAR
 echo "== column types through tierdb serve vs PostgreSQL 15: values, RowDescription types and typmods, COPY TO/FROM, refused values (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_types.py")
-echo "== SQLSTATEs of statements the planner refuses, beside PostgreSQL 15 (pytest)"
+echo "== SQLSTATEs of statements the planner refuses, and pg_sleep, beside PostgreSQL 15 (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 300 "$PY" -m pytest -q -p no:cacheprovider \
-  "$ROOT/python/tests/test_sqlstates.py")
+  "$ROOT/python/tests/test_sqlstates.py" "$ROOT/python/tests/test_sleep.py")
 echo "== row tables through tierdb serve beside PostgreSQL 15: sysbench oltp_read_write and pgbench -i, tpcb-like, select-only unmodified (a few s each), index entries agree with rows, balances agree, concurrent transfers keep the total (pytest)"
 if ! command -v sysbench >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q sysbench >/dev/null \

@@ -54,6 +54,7 @@ pub mod rows;
 pub mod schemas;
 pub mod segment;
 pub mod setschema;
+pub mod sleep;
 pub mod sql;
 pub mod tables;
 pub mod textvalue;
