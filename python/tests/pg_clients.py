@@ -182,7 +182,7 @@ def check_sqlalchemy(port, table, driver):
     if table not in insp.get_table_names():
         raise AssertionError(f"get_table_names lacks {table}")
     cols = [(col["name"], str(col["type"]), col["nullable"]) for col in insp.get_columns(table)]
-    expect(cols, [("id", "INTEGER", False), ("name", "TEXT", True), ("amount", "DOUBLE PRECISION", True)], "get_columns")
+    expect(cols, [("id", "INTEGER", False), ("name", "VARCHAR", True), ("amount", "DOUBLE PRECISION", True)], "get_columns")
 
 
 def check_pandas(port, table):

@@ -294,7 +294,7 @@ impl ConnState {
         let run = session.execute_outcome(DfStatement::Statement(Box::new(stmt)), plan);
         let outcome = stop.bound(run).await?;
         for n in session.take_notices() {
-            notice(client, n.severity(), n.code, &n.message).await?;
+            notice(client, n.severity(), n.code, &n.message, n.detail).await?;
         }
         let outcome = match outcome {
             Ok(o) => o,

@@ -16,13 +16,15 @@ pub(crate) async fn notice<C>(
     severity: &str,
     code: &str,
     message: &str,
+    detail: Option<String>,
 ) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    let info = ErrorInfo::new(severity.into(), code.into(), message.into());
+    let mut info = ErrorInfo::new(severity.into(), code.into(), message.into());
+    info.detail = detail;
     client
         .send(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
             info,

@@ -313,19 +313,19 @@ impl Tables {
         let dropped = self
             .drop_tables(&[name.to_string()], if_exists, Dependents::Keep)
             .await?;
-        Ok(dropped.first().copied().unwrap_or(false))
+        Ok(dropped.existed.first().copied().unwrap_or(false))
     }
 
     /// Drops every table of `names` in one atomic catalog commit (`DROP TABLE a, b`):
     /// all of them or, if one does not exist and not `if_exists`, none; the views that
     /// read them as `dependents` says (`viewdeps.rs` invariant 3), in the same commit.
-    /// Returns which existed.
+    /// Returns which existed and the views dropped with them.
     pub async fn drop_tables(
         &self,
         names: &[String],
         if_exists: bool,
         dependents: Dependents,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<crate::viewdeps::Dropped> {
         self.clear_tables(names, if_exists, Some(dependents)).await
     }
 
@@ -342,7 +342,7 @@ impl Tables {
         names: &[String],
         if_exists: bool,
         drop: Option<Dependents>,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<crate::viewdeps::Dropped> {
         let dependents = drop;
         let drop = drop.is_some();
         let kv = self.kv_writer()?;
@@ -366,10 +366,12 @@ impl Tables {
             }
         }
         let mut b = CatalogBatch::default();
+        let mut cascaded = Vec::new();
         if let Some(dependents) = dependents {
             let dropped: Vec<String> = found.iter().flatten().map(|d| d.name.clone()).collect();
-            for view in dependents.resolve(&self.views().await?, &dropped, "table")? {
-                b.delete_view(&view);
+            cascaded = dependents.resolve(&self.views().await?, &dropped, "table")?;
+            for view in &cascaded {
+                b.delete_view(view);
             }
         }
         let now = tierdb_kv::lease::now_ms();
@@ -412,7 +414,10 @@ impl Tables {
         for def in found.iter().flatten() {
             self.publish_delta(def, &[]).await;
         }
-        Ok(found.iter().map(Option::is_some).collect())
+        Ok(crate::viewdeps::Dropped {
+            existed: found.iter().map(Option::is_some).collect(),
+            cascaded,
+        })
     }
 
     /// Makes `segments` (already uploaded) part of `table` in one atomic commit. Fails,

@@ -83,6 +83,32 @@ impl Dependents {
     }
 }
 
+/// What a DROP of tables or views did: which of the names existed, and the views it
+/// dropped with them because they read them (`CASCADE`), in the order found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dropped {
+    pub existed: Vec<bool>,
+    pub cascaded: Vec<String>,
+}
+
+/// PostgreSQL's NOTICE for the views a `DROP … CASCADE` took with it: the message and,
+/// for more than one, the DETAIL listing each; `None` when it took none.
+pub fn cascade_notice(cascaded: &[String]) -> Option<(String, Option<String>)> {
+    match cascaded {
+        [] => None,
+        [one] => Some((format!("drop cascades to view {one}"), None)),
+        many => Some((
+            format!("drop cascades to {} other objects", many.len()),
+            Some(
+                many.iter()
+                    .map(|v| format!("drop cascades to view {v}"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+        )),
+    }
+}
+
 /// The relations `view` reads (invariant 1; none if its query does not parse).
 pub fn reads(view: &ViewDef) -> BTreeSet<String> {
     let mut found = BTreeSet::new();

@@ -158,13 +158,13 @@ impl Tables {
 
     /// Drops the views of `names` in one commit: all of them or, if one does not exist
     /// and not `if_exists`, none; the views that read them as `dependents` says
-    /// (`viewdeps.rs` invariant 3).
+    /// (`viewdeps.rs` invariant 3). Returns the views dropped because they read them.
     pub async fn drop_views(
         &self,
         names: &[String],
         if_exists: bool,
         dependents: crate::viewdeps::Dependents,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         let kv = self.kv_writer()?;
         let _guard = self.commit_lock.lock().await;
         let mut b = CatalogBatch::default();
@@ -183,7 +183,7 @@ impl Tables {
             b.delete_view(name);
         }
         self.commit_catalog(kv, b).await?;
-        Ok(())
+        Ok(cascaded)
     }
 }
 

@@ -31,7 +31,8 @@ async fn begin_and_commit_misuse_leave_warnings_not_errors() {
         s.take_notices(),
         [Notice {
             code: "25P01",
-            message: "there is no transaction in progress".into()
+            message: "there is no transaction in progress".into(),
+            detail: None,
         }]
     );
     s.sql("BEGIN").await.unwrap();
@@ -441,4 +442,42 @@ async fn prepared_queries_keep_their_optimized_plan_and_read_fresh_rows() {
         }
         assert_eq!(s.plan_cache_optimized(), 4, "not kept optimized: {sql}");
     }
+}
+
+/// DROP … CASCADE names the views it took with it, in PostgreSQL's words (checked with
+/// psql against PostgreSQL 15): one view in the message, more as a count with a DETAIL
+/// line each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_cascade_names_the_views_it_took() {
+    let (e, _) = common::engine(1000).await;
+    let s = e.new_session();
+    s.sql(
+        "CREATE TABLE dt (a INT); CREATE VIEW dv AS SELECT a FROM dt; \
+         CREATE VIEW dv2 AS SELECT a FROM dv; CREATE TABLE lone (a INT)",
+    )
+    .await
+    .unwrap();
+    s.sql("DROP TABLE lone CASCADE").await.unwrap();
+    assert!(s.take_notices().is_empty(), "no view read it");
+    s.sql("DROP TABLE dt CASCADE").await.unwrap();
+    assert_eq!(
+        s.take_notices(),
+        [Notice {
+            code: "00000",
+            message: "drop cascades to 2 other objects".into(),
+            detail: Some("drop cascades to view dv\ndrop cascades to view dv2".into()),
+        }]
+    );
+    s.sql(
+        "CREATE TABLE dt (a INT); CREATE VIEW dv AS SELECT a FROM dt; \
+         CREATE VIEW dv2 AS SELECT a FROM dv",
+    )
+    .await
+    .unwrap();
+    s.sql("DROP VIEW dv CASCADE").await.unwrap();
+    let n = s.take_notices();
+    assert_eq!(n.len(), 1);
+    assert_eq!(n[0].message, "drop cascades to view dv2");
+    assert_eq!(n[0].detail, None);
+    assert_eq!(n[0].severity(), "NOTICE");
 }

@@ -365,16 +365,17 @@ impl SqlSession {
                 ..
             } => {
                 let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
-                let existed = self
+                let dropped = self
                     .tables
                     .drop_tables(&names, *if_exists, Dependents::cascade_if(*cascade))
                     .await?;
-                for (name, _) in names.iter().zip(existed).filter(|(_, e)| !e) {
+                for (name, _) in names.iter().zip(&dropped.existed).filter(|(_, e)| !**e) {
                     self.notice(
                         "00000",
                         &format!("table \"{name}\" does not exist, skipping"),
                     );
                 }
+                self.cascade_notice(&dropped.cascaded);
                 "DROP TABLE"
             }
             SqlStatement::Drop {
@@ -385,9 +386,11 @@ impl SqlSession {
                 ..
             } => {
                 let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
-                self.tables
+                let cascaded = self
+                    .tables
                     .drop_views(&names, *if_exists, Dependents::cascade_if(*cascade))
                     .await?;
+                self.cascade_notice(&cascaded);
                 "DROP VIEW"
             }
             SqlStatement::CreateSequence {

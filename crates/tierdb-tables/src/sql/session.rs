@@ -120,6 +120,8 @@ pub struct Notice {
     /// SQLSTATE, e.g. `25001`.
     pub code: &'static str,
     pub message: String,
+    /// PostgreSQL's DETAIL line(s), if any.
+    pub detail: Option<String>,
 }
 
 impl Notice {
@@ -368,11 +370,23 @@ impl SqlSession {
     }
 
     pub(super) fn notice(&self, code: &'static str, message: &str) {
+        self.notice_with_detail(code, message, None);
+    }
+
+    fn notice_with_detail(&self, code: &'static str, message: &str, detail: Option<String>) {
         if let Ok(mut n) = self.notices.lock() {
             n.push(Notice {
                 code,
                 message: message.into(),
+                detail,
             });
+        }
+    }
+
+    /// PostgreSQL's "drop cascades to …" NOTICE for the views a DROP … CASCADE took.
+    pub(super) fn cascade_notice(&self, cascaded: &[String]) {
+        if let Some((message, detail)) = crate::viewdeps::cascade_notice(cascaded) {
+            self.notice_with_detail("00000", &message, detail);
         }
     }
 

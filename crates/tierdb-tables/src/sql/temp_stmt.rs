@@ -93,13 +93,15 @@ impl SqlSession {
                         .into_iter()
                         .map(super::ddl::table_name)
                         .collect::<Result<Vec<_>>>()?;
-                    self.tables
+                    let dropped = self
+                        .tables
                         .drop_tables(
                             &stored,
                             *if_exists,
                             crate::viewdeps::Dependents::cascade_if(*cascade),
                         )
                         .await?;
+                    self.cascade_notice(&dropped.cascaded);
                     self.schema.refresh().await?;
                 }
                 let before = self.temp.before_change(self.in_transaction()).await;
