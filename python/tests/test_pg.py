@@ -68,7 +68,7 @@ def test_psql_describes_tables(server):
     assert 'Table "public.t"' in p.stdout, p.stdout
     rows = {l.split("|")[0].strip(): [c.strip() for c in l.split("|")[1:]] for l in p.stdout.splitlines() if l.count("|") >= 4}
     assert rows["id"][0] == "integer" and rows["id"][2] == "not null", p.stdout
-    assert rows["name"][0] == "text" and rows["name"][2] == "", p.stdout
+    assert rows["name"][0] == "character varying" and rows["name"][2] == "", p.stdout
     # As PostgreSQL shows a declared precision and scale (was "numeric" before pg_attribute
     # carried typmods).
     assert rows["price"][0] == "numeric(10,2)" and rows["day"][0] == "date", p.stdout
