@@ -4,7 +4,7 @@
 
 use crate::catalog::{ColumnType, Retired, SegmentMeta, TableDef, decode};
 
-pub(crate) const TYPES: [ColumnType; 17] = [
+pub(crate) const TYPES: [ColumnType; 16] = [
     ColumnType::Boolean,
     ColumnType::Int16,
     ColumnType::Int32,
@@ -13,7 +13,6 @@ pub(crate) const TYPES: [ColumnType; 17] = [
     ColumnType::Float64,
     ColumnType::Utf8,
     ColumnType::Varchar { len: 4 },
-    ColumnType::VarcharUnbounded,
     ColumnType::Char { len: 2 },
     ColumnType::Timestamp,
     ColumnType::TimestampTz,
