@@ -96,9 +96,9 @@ echo "== INSERT … ON CONFLICT beside PostgreSQL 15: DO NOTHING and DO UPDATE b
 echo "== UPDATE/DELETE … RETURNING on row and columnar tables beside PostgreSQL 15: a job queue's claim and delete, subqueries, aliases, parameters, a failing item changes nothing (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_dml_returning.py")
-echo "== ALTER COLUMN … TYPE beside PostgreSQL 15: columnar and row tables (key, plain and unique index), USING, assignment casts, failed casts change nothing (pytest)"
+echo "== ALTER COLUMN … TYPE beside PostgreSQL 15: columnar and row tables (key, plain and unique index), USING, assignment casts, failed casts change nothing; a transaction's own DDL after its writes (CREATE INDEX, ADD COLUMN, SET NOT NULL, TRUNCATE, savepoints) (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
-  "$ROOT/python/tests/test_alter_type.py")
+  "$ROOT/python/tests/test_alter_type.py" "$ROOT/python/tests/test_txn_ddl.py")
 echo "== prepared statements whose plans the server keeps, beside PostgreSQL 15: ALTER TABLE, a renamed and a new table under the name, a replaced view, an index, a hiding temporary table, DROP TABLE between executions (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_plan_cache.py")

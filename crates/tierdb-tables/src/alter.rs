@@ -13,7 +13,8 @@
 //! 3. A dropped name is remembered ([`TableDef::dropped`]) and cannot be added again, or
 //!    older files would answer for it.
 //! 4. A transaction that wrote rows with the table's old columns cannot commit them after
-//!    the change (40001; `Tables::commit_writes`).
+//!    another session's change (40001; `Tables::commit_writes`); after its own, they
+//!    follow the change (`ownddl.rs`).
 //! 5. SET NOT NULL holds for the rows already there: the extent map's exact null counts
 //!    say whether any committed value is NULL (23502 if one is); rows written meanwhile by
 //!    other transactions cannot commit (rule 4). On a row table (rows in the KV engine, no

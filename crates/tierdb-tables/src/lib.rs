@@ -45,6 +45,7 @@ pub mod jsonpath;
 pub mod literals;
 pub mod merge;
 pub mod origin;
+mod ownddl;
 pub mod parsefix;
 pub mod pgtext;
 mod plancodes;

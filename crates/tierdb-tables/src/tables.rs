@@ -206,12 +206,21 @@ impl Tables {
     /// was renamed (a transaction's writes follow their table through `ALTER TABLE …
     /// RENAME TO`), `None` if it was dropped.
     pub(crate) async fn table_by_id(&self, def: &TableDef) -> Result<Option<TableDef>> {
-        if let Some(now) = self.table(&def.name).await?
-            && now.id == def.id
+        self.table_by_name_or_id(&def.name, def.id).await
+    }
+
+    /// [`Tables::table_by_id`] of the table `id`, last known as `name`.
+    pub(crate) async fn table_by_name_or_id(
+        &self,
+        name: &str,
+        id: u64,
+    ) -> Result<Option<TableDef>> {
+        if let Some(now) = self.table(name).await?
+            && now.id == id
         {
             return Ok(Some(now));
         }
-        Ok(self.tables().await?.into_iter().find(|t| t.id == def.id))
+        Ok(self.tables().await?.into_iter().find(|t| t.id == id))
     }
 
     pub async fn require(&self, name: &str) -> Result<TableDef> {

@@ -21,9 +21,11 @@ use crate::tables::{PendingWrite, Tables};
 #[derive(Debug, Default)]
 pub struct Transaction {
     writes: Mutex<Vec<PendingWrite>>,
-    /// Savepoints, oldest first: a name, how many writes there were when it was set, the
-    /// row writes' mark then, and how many DDL undo records.
-    savepoints: Mutex<Vec<(String, usize, usize, u64)>>,
+    /// Savepoints, oldest first.
+    savepoints: Mutex<Vec<Savepoint>>,
+    /// Writes as they were before they followed this transaction's DDL (`ownddl.rs`
+    /// invariant 3): their place in `writes` and their earlier form, oldest first.
+    followed: Mutex<Vec<(usize, PendingWrite)>>,
     /// The writes to row tables (`rows/txn.rs`) and the row locks held.
     pub(crate) rows: Mutex<crate::rows::RowWrites>,
     isolation: Mutex<Isolation>,
@@ -31,6 +33,20 @@ pub struct Transaction {
     snapshot: Mutex<Option<Arc<Snapshot>>>,
     /// The undo records of its DDL (`ddlundo.rs`).
     undo: Arc<crate::ddlundo::Recorder>,
+}
+
+/// A savepoint: where each kind of change stood when it was set.
+#[derive(Debug)]
+struct Savepoint {
+    name: String,
+    /// How many writes there were.
+    writes: usize,
+    /// The row writes' mark.
+    rows: usize,
+    /// How many DDL undo records.
+    ddl: u64,
+    /// How many writes had followed DDL.
+    followed: usize,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -112,6 +128,11 @@ impl Transaction {
         Ok(Some(snap))
     }
 
+    /// Whether this transaction has written rows of the table `id` (either kind).
+    pub(crate) fn wrote(&self, id: u64) -> bool {
+        self.writes.lock().iter().any(|w| w.table.id == id) || self.rows.lock().table(id).is_some()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.writes.lock().is_empty() && self.rows.lock().is_empty() && !self.undo.recorded()
     }
@@ -134,12 +155,14 @@ impl Transaction {
 
     /// `SAVEPOINT name`.
     pub fn savepoint(&self, name: &str) {
-        let at = self.writes.lock().len();
-        let mark = self.rows.lock().mark();
-        let ddl = self.undo.mark();
-        self.savepoints
-            .lock()
-            .push((name.to_string(), at, mark, ddl));
+        let sp = Savepoint {
+            name: name.to_string(),
+            writes: self.writes.lock().len(),
+            rows: self.rows.lock().mark(),
+            ddl: self.undo.mark(),
+            followed: self.followed.lock().len(),
+        };
+        self.savepoints.lock().push(sp);
     }
 
     /// `RELEASE SAVEPOINT name`: forgets it and every later savepoint; keeps the writes.
@@ -157,11 +180,19 @@ impl Transaction {
         let (undone, ddl): (Vec<SegmentMeta>, u64) = {
             let mut sp = self.savepoints.lock();
             let i = find(&sp, name)?;
-            let at = sp[i].1;
-            let ddl = sp[i].3;
-            self.rows.lock().undo_to(sp[i].2);
-            sp.truncate(i + 1);
+            let at = sp[i].writes;
+            let ddl = sp[i].ddl;
+            self.rows.lock().undo_to(sp[i].rows);
             let mut writes = self.writes.lock();
+            let mut followed = self.followed.lock();
+            while followed.len() > sp[i].followed {
+                if let Some((j, before)) = followed.pop()
+                    && j < writes.len()
+                {
+                    writes[j] = before;
+                }
+            }
+            sp.truncate(i + 1);
             let at = at.min(writes.len());
             let tail = writes.split_off(at);
             tables.merge_state().release(&tail);
@@ -185,6 +216,65 @@ impl Transaction {
         match self.snapshot(tables)? {
             Some(s) => crate::catalog::segments(s.kv.as_ref(), def.id).await,
             None => Ok(latest.to_vec()),
+        }
+    }
+
+    /// After a DDL statement of this transaction: its writes of the tables it changed
+    /// follow the tables' new definitions (`ownddl.rs`).
+    pub(crate) async fn follow_ddl(&self, tables: &Tables) -> Result<()> {
+        let ids: Vec<(String, u64)> = {
+            let writes = self.writes.lock();
+            let mut ids: Vec<(String, u64)> = writes
+                .iter()
+                .map(|w| (w.table.name.clone(), w.table.id))
+                .collect();
+            ids.dedup_by_key(|(_, id)| *id);
+            ids
+        };
+        for (name, id) in ids {
+            let Some(now) = tables.table_by_name_or_id(&name, id).await? else {
+                continue;
+            };
+            let mut writes = self.writes.lock();
+            let mut followed = self.followed.lock();
+            for (j, w) in writes.iter_mut().enumerate() {
+                if let Some(new) = crate::ownddl::follow_segments(w, &now)? {
+                    followed.push((j, std::mem::replace(w, new)));
+                }
+            }
+        }
+        crate::rows::follow::follow_all(tables, &self.rows).await
+    }
+
+    /// After `TRUNCATE def` in this transaction: what it wrote of the table before goes too
+    /// (`ownddl.rs` invariant 5); what it writes after stays.
+    pub(crate) fn truncated(&self, def: &TableDef) {
+        {
+            let mut writes = self.writes.lock();
+            let mut followed = self.followed.lock();
+            for (j, w) in writes.iter_mut().enumerate() {
+                if w.table.id == def.id {
+                    let emptied = PendingWrite {
+                        table: w.table.clone(),
+                        segments: Vec::new(),
+                        replace: false,
+                        removed: Vec::new(),
+                    };
+                    followed.push((j, std::mem::replace(w, emptied)));
+                }
+            }
+        }
+        let mut rows = self.rows.lock();
+        let mut ranges = vec![crate::rows::table_range(def.id)];
+        ranges.extend(
+            def.indexes
+                .iter()
+                .map(|i| crate::rows::index::index_range(i.id)),
+        );
+        for range in ranges {
+            for (k, _) in rows.range(range) {
+                rows.forget(k);
+            }
         }
     }
 
@@ -263,10 +353,10 @@ impl Transaction {
     }
 }
 
-fn find(savepoints: &[(String, usize, usize, u64)], name: &str) -> Result<usize> {
+fn find(savepoints: &[Savepoint], name: &str) -> Result<usize> {
     savepoints
         .iter()
-        .rposition(|(n, ..)| n == name)
+        .rposition(|s| s.name == name)
         .ok_or_else(|| crate::TableError::Transaction {
             code: "3B001",
             message: format!("savepoint \"{name}\" does not exist"),

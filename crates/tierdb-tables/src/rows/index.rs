@@ -10,7 +10,8 @@
 //!    deleted in the same transaction (the same KV batch) as the row ([`write_row`]).
 //! 2. A transaction that wrote a row computed its entries from the table's index list as
 //!    its statement saw it; its commit checks that list is still the table's and fails
-//!    with 40001 if an index was created or dropped meanwhile (`check_tables`). CREATE
+//!    with 40001 if an index was created or dropped meanwhile (`check_tables`), unless the
+//!    transaction did it itself: then its rows followed (`follow.rs`). CREATE
 //!    INDEX builds its entries and commits them with the new list while no row commit can
 //!    run (the commit gate), so no row commits between its scan and its commit.
 //! 3. A UNIQUE index has at most one entry per value without NULLs: the writer locks the
@@ -108,39 +109,15 @@ pub(crate) async fn write_row(
     old: Option<&[ScalarValue]>,
     new: Option<(&[ScalarValue], Bytes)>,
 ) -> Result<()> {
-    let state = tables.row_state();
-    let id = writes.lock().id();
     for index in &def.indexes {
         let Some((values, _)) = &new else { continue };
-        let (prefix, has_null) = value_prefix(def, index, values)?;
-        if !index.unique || has_null {
-            continue;
-        }
         if let Some(old) = old
-            && value_prefix(def, index, old)?.0 == prefix
+            && index.unique
+            && value_prefix(def, index, old)?.0 == value_prefix(def, index, values)?.0
         {
             continue;
         }
-        let prefix = Bytes::from(prefix);
-        state.lock(id, &prefix, &def.name).await?;
-        writes.lock().note_locked(&prefix);
-        if other_entry(tables, writes, &prefix, key).await? {
-            let names = index.columns.join(", ");
-            let vals: Vec<String> = index
-                .columns
-                .iter()
-                .filter_map(|c| def.column_index(c).map(|i| values[i].to_string()))
-                .collect();
-            return Err(TableError::Column {
-                code: "23505",
-                message: format!(
-                    "duplicate key value violates unique constraint \"{}\": Key ({names})=({}) \
-                     already exists.",
-                    index.name,
-                    vals.join(", ")
-                ),
-            });
-        }
+        check_unique(tables, def, index, writes, key, values).await?;
     }
     let mut w = writes.lock();
     w.note_table(def);
@@ -157,6 +134,45 @@ pub(crate) async fn write_row(
             w.put(key.clone(), value);
         }
         None => w.delete(key.clone()),
+    }
+    Ok(())
+}
+
+/// Fails with 23505 if the unique `index` has an entry of another row with `values` (none
+/// when one is NULL); the value's lock is taken and stays held (invariant 3). Nothing is
+/// checked for an index that is not unique.
+pub(crate) async fn check_unique(
+    tables: &Tables,
+    def: &TableDef,
+    index: &IndexDef,
+    writes: &parking_lot::Mutex<RowWrites>,
+    key: &Bytes,
+    values: &[ScalarValue],
+) -> Result<()> {
+    let (prefix, has_null) = value_prefix(def, index, values)?;
+    if !index.unique || has_null {
+        return Ok(());
+    }
+    let prefix = Bytes::from(prefix);
+    let id = writes.lock().id();
+    tables.row_state().lock(id, &prefix, &def.name).await?;
+    writes.lock().note_locked(&prefix);
+    if other_entry(tables, writes, &prefix, key).await? {
+        let names = index.columns.join(", ");
+        let vals: Vec<String> = index
+            .columns
+            .iter()
+            .filter_map(|c| def.column_index(c).map(|i| values[i].to_string()))
+            .collect();
+        return Err(TableError::Column {
+            code: "23505",
+            message: format!(
+                "duplicate key value violates unique constraint \"{}\": Key ({names})=({}) \
+                 already exists.",
+                index.name,
+                vals.join(", ")
+            ),
+        });
     }
     Ok(())
 }

@@ -39,6 +39,7 @@ pub(crate) mod dml;
 pub(crate) mod exact;
 pub(crate) mod fast;
 pub(crate) mod fastdml;
+pub(crate) mod follow;
 pub(crate) mod format;
 pub mod index;
 pub(crate) mod keys;

@@ -6,9 +6,10 @@
 //! 1. `writes` maps a row's key to its new value, or to `None` for a deleted row; it is
 //!    the only place an uncommitted row exists. Committing turns it into puts and deletes
 //!    of one KV batch (with the transaction's columnar writes, if any: `txn.rs`).
-//! 2. `undo` records, for every change, what `writes` held for the key before, so
-//!    ROLLBACK TO SAVEPOINT restores `writes` exactly as it was at the savepoint. Locks
-//!    taken since the savepoint stay held, as in PostgreSQL.
+//! 2. `undo` records, for every change, what `writes` held for the key before (and what
+//!    `tables` held for a table its own DDL changed, `follow.rs`), so ROLLBACK TO
+//!    SAVEPOINT restores `writes` and `tables` exactly as they were at the savepoint.
+//!    Locks taken since the savepoint stay held, as in PostgreSQL.
 //! 3. Every key in `writes` is locked by this transaction (`locks.rs`, invariant 1), and
 //!    dropping a `RowWrites` releases its locks: committed, rolled back or abandoned.
 
@@ -32,6 +33,34 @@ pub(crate) struct WrittenTable {
     pub nullable: Vec<bool>,
     /// Each column's type: the rows were encoded by them (alter.rs rule 4).
     pub types: Vec<crate::catalog::ColumnType>,
+    /// The positions of the primary key's columns: the rows' keys were encoded by them.
+    pub key: Vec<usize>,
+}
+
+impl WrittenTable {
+    fn of(def: &crate::catalog::TableDef) -> Self {
+        WrittenTable {
+            name: def.name.clone(),
+            id: def.id,
+            indexes: def.indexes.iter().map(|i| i.id).collect(),
+            nullable: def.columns.iter().map(|c| c.nullable).collect(),
+            types: def.columns.iter().map(|c| c.ty).collect(),
+            key: def
+                .primary_key
+                .iter()
+                .filter_map(|c| def.column_index(c))
+                .collect(),
+        }
+    }
+}
+
+/// One change of a [`RowWrites`], as ROLLBACK TO SAVEPOINT takes it back (invariant 2).
+#[derive(Debug)]
+enum Undo {
+    /// `writes` held this for the key before (`None`: nothing).
+    Key(Bytes, Option<Option<Bytes>>),
+    /// `tables` held this for the table id before.
+    Table(u64, Option<WrittenTable>),
 }
 
 #[derive(Debug, Default)]
@@ -39,7 +68,7 @@ pub struct RowWrites {
     id: u64,
     state: Option<Arc<RowState>>,
     writes: BTreeMap<Bytes, Option<Bytes>>,
-    undo: Vec<(Bytes, Option<Option<Bytes>>)>,
+    undo: Vec<Undo>,
     locked: Vec<Bytes>,
     /// The tables written, by id, as the writes saw them.
     tables: BTreeMap<u64, WrittenTable>,
@@ -79,13 +108,22 @@ impl RowWrites {
 
     /// Notes that a row of `def` is written (index.rs invariant 2).
     pub(crate) fn note_table(&mut self, def: &crate::catalog::TableDef) {
-        self.tables.entry(def.id).or_insert_with(|| WrittenTable {
-            name: def.name.clone(),
-            id: def.id,
-            indexes: def.indexes.iter().map(|i| i.id).collect(),
-            nullable: def.columns.iter().map(|c| c.nullable).collect(),
-            types: def.columns.iter().map(|c| c.ty).collect(),
-        });
+        if let std::collections::btree_map::Entry::Vacant(e) = self.tables.entry(def.id) {
+            e.insert(WrittenTable::of(def));
+            self.undo.push(Undo::Table(def.id, None));
+        }
+    }
+
+    /// The table `id` as this transaction's writes of it saw it, if it wrote rows of it.
+    pub(crate) fn table(&self, id: u64) -> Option<&WrittenTable> {
+        self.tables.get(&id)
+    }
+
+    /// Notes that the writes of `def`'s rows are now those of `def` as it is (its own DDL
+    /// changed it: `follow.rs`).
+    pub(crate) fn retable(&mut self, def: &crate::catalog::TableDef) {
+        let before = self.tables.insert(def.id, WrittenTable::of(def));
+        self.undo.push(Undo::Table(def.id, before));
     }
 
     /// The tables written.
@@ -119,12 +157,20 @@ impl RowWrites {
 
     pub(crate) fn put(&mut self, key: Bytes, value: Bytes) {
         let before = self.writes.insert(key.clone(), Some(value));
-        self.undo.push((key, before));
+        self.undo.push(Undo::Key(key, before));
     }
 
     pub(crate) fn delete(&mut self, key: Bytes) {
         let before = self.writes.insert(key.clone(), None);
-        self.undo.push((key, before));
+        self.undo.push(Undo::Key(key, before));
+    }
+
+    /// Forgets the write of `key`, as if this transaction had never written it (an entry
+    /// of an index its own DDL dropped). Its lock stays held.
+    pub(crate) fn forget(&mut self, key: Bytes) {
+        if let Some(before) = self.writes.remove(&key) {
+            self.undo.push(Undo::Key(key, Some(before)));
+        }
     }
 
     /// The writes in `range`, ascending.
@@ -146,15 +192,21 @@ impl RowWrites {
     /// Undoes every change made since `mark` (invariant 2).
     pub(crate) fn undo_to(&mut self, mark: usize) {
         while self.undo.len() > mark {
-            let Some((key, before)) = self.undo.pop() else {
+            let Some(undo) = self.undo.pop() else {
                 break;
             };
-            match before {
-                Some(v) => {
+            match undo {
+                Undo::Key(key, Some(v)) => {
                     self.writes.insert(key, v);
                 }
-                None => {
+                Undo::Key(key, None) => {
                     self.writes.remove(&key);
+                }
+                Undo::Table(id, Some(t)) => {
+                    self.tables.insert(id, t);
+                }
+                Undo::Table(id, None) => {
+                    self.tables.remove(&id);
                 }
             }
         }

@@ -17,10 +17,11 @@
 //!    the query until its commit: no row commit runs in between, so the query read every
 //!    committed row and nothing else (`rows/retype.rs`).
 //! 3. A transaction that wrote rows of the table with its old columns cannot commit them
-//!    after (40001: `alter.rs` rule 4). A transaction that has written anything may not run
-//!    it: the query would read its uncommitted rows into the committed table; nor may a
-//!    REPEATABLE READ transaction that has read: the query would read its snapshot and
-//!    drop the rows committed since (0A000).
+//!    after (40001: `alter.rs` rule 4). A transaction that has written rows of the table
+//!    may not run it: the query would read its uncommitted rows into the committed table
+//!    (its writes of other tables and its DDL are no hindrance: the query reads this
+//!    table only); nor may a REPEATABLE READ transaction that has read: the query would
+//!    read its snapshot and drop the rows committed since (0A000).
 //! 4. Keys and indexes follow the new type: each row's key and index entries are encoded
 //!    again; two rows whose keys (or unique index values) become equal fail with 23505.
 //! 5. The other columns, NOT NULL, the DEFAULT text, comments and the ingest order are
@@ -63,8 +64,8 @@ impl SqlSession {
                  again with the new type"
             )));
         }
-        self.refuse_rewrite_in_transaction("ALTER COLUMN … TYPE")?;
         let before = self.tables.require(name).await?;
+        self.refuse_rewrite_in_transaction("ALTER COLUMN … TYPE", &before)?;
         let mut after = before.clone();
         let mut items: Vec<Option<String>> = vec![None; before.columns.len()];
         for r in retypes {
@@ -132,8 +133,8 @@ impl SqlSession {
         name: &str,
         columns: &[(String, bool)],
     ) -> Result<()> {
-        self.refuse_rewrite_in_transaction("DROP COLUMN")?;
         let before = self.tables.require(name).await?;
+        self.refuse_rewrite_in_transaction("DROP COLUMN", &before)?;
         let mut after = before.clone();
         for (column, if_exists) in columns {
             let Some(i) = after.column_index(column) else {
@@ -189,14 +190,20 @@ impl SqlSession {
     }
 
     /// Invariant 3: the query must read every committed row and nothing else.
-    fn refuse_rewrite_in_transaction(&self, what: &str) -> Result<()> {
+    fn refuse_rewrite_in_transaction(
+        &self,
+        what: &str,
+        def: &crate::catalog::TableDef,
+    ) -> Result<()> {
         let Some(tx) = self.abort.slot.current() else {
             return Ok(());
         };
-        if !tx.is_empty() {
+        if tx.wrote(def.id) {
             return Err(TableError::Unsupported(format!(
-                "{what} in a transaction that has written rows is not supported (it would \
-                 read them before they are committed): COMMIT or ROLLBACK first"
+                "{what} of {} in a transaction that has written rows of it is not supported \
+                 (it would read them before they are committed): COMMIT first, or run it \
+                 before the transaction writes the table",
+                def.name
             )));
         }
         if tx.reads_a_snapshot() {

@@ -545,11 +545,22 @@ impl SqlSession {
                     .iter()
                     .map(|t| table_name(&t.name))
                     .collect::<Result<Vec<_>>>()?;
+                let mut defs = Vec::with_capacity(names.len());
+                for n in &names {
+                    defs.extend(self.tables.table(n).await?);
+                }
                 self.tables.truncate(&names).await?;
+                if let Some(tx) = self.abort.slot.current() {
+                    defs.iter().for_each(|d| tx.truncated(d));
+                }
                 "TRUNCATE TABLE"
             }
             _ => return Ok(None),
         };
+        // The transaction's writes follow its DDL (ownddl.rs invariant 1).
+        if let Some(tx) = self.abort.slot.current() {
+            tx.follow_ddl(&self.tables).await?;
+        }
         self.schema.refresh().await?;
         Ok(Some(Outcome::Command(outcome.into())))
     }

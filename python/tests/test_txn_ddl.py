@@ -1,0 +1,168 @@
+"""A transaction's own DDL after it wrote rows of the table (issue 27), against PostgreSQL
+15 as the oracle: `alembic upgrade head` runs every migration in one transaction, so the
+rows one migration inserts meet the next one's CREATE INDEX, ADD COLUMN, SET NOT NULL,
+ALTER COLUMN TYPE of another table, or TRUNCATE. Each script runs on both servers in one
+transaction; after every statement the answer (or SQLSTATE), then COMMIT's answer, the
+tables' rows and lookups through the indexes must be PostgreSQL's.
+
+Needs `tierdb` (TIERDB_BIN) and PostgreSQL 15 (scripts/postgres.sh)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from sqlcheck import engines  # noqa: E402
+from test_catalog_keys import BIN  # noqa: E402
+from test_returning import answer, connect  # noqa: E402
+
+psycopg = pytest.importorskip("psycopg")
+
+SETUP = [
+    "CREATE TABLE c (x INT, y TEXT)",
+    "INSERT INTO c VALUES (1, 'a')",
+    "CREATE TABLE r (k INT PRIMARY KEY, v TEXT)",
+    "INSERT INTO r VALUES (1, 'one'), (2, 'two'), (3, 'three')",
+    "CREATE TABLE other (id INT PRIMARY KEY, n INT)",
+    "INSERT INTO other VALUES (1, 10)",
+]
+
+# name -> (statements of one transaction, the queries after its COMMIT or ROLLBACK)
+SCRIPTS = {
+    # Rows inserted, updated and deleted, then indexes, columns and NOT NULL: all kept.
+    "migrations": ([
+        "INSERT INTO c VALUES (2, 'b'), (3, NULL)",
+        "INSERT INTO r VALUES (4, 'four')",
+        "UPDATE r SET v = 'uno' WHERE k = 1",
+        "DELETE FROM r WHERE k = 2",
+        "CREATE INDEX r_v ON r (v)",
+        "ALTER TABLE r ADD COLUMN w INT",
+        "ALTER TABLE c ADD COLUMN z INT",
+        "ALTER TABLE c ALTER COLUMN x SET NOT NULL",
+        "ALTER TABLE r ALTER COLUMN v SET NOT NULL",
+        "CREATE UNIQUE INDEX r_vu ON r (v)",
+        "INSERT INTO r VALUES (5, 'five', 55)",
+        "SELECT k FROM r WHERE v = 'uno'",
+        "SELECT k, v, w FROM r ORDER BY k",
+        "SELECT x, y, z FROM c ORDER BY x",
+        "ALTER TABLE other ALTER COLUMN n TYPE BIGINT",
+        "ALTER TABLE r RENAME COLUMN w TO ww",
+        "UPDATE r SET ww = k * 2 WHERE k < 4",
+        "COMMIT",
+    ], [
+        "SELECT * FROM r ORDER BY k",
+        "SELECT * FROM c ORDER BY x",
+        "SELECT k FROM r WHERE v = 'uno'",
+        "SELECT k FROM r WHERE v = 'one'",
+        "SELECT k FROM r WHERE v = 'two'",
+        "SELECT k FROM r WHERE v = 'four'",
+        "SELECT k FROM r WHERE v = 'five'",
+        "INSERT INTO r VALUES (6, 'uno')",                            # 23505 through r_vu
+        "SELECT * FROM other",
+    ]),
+    # A unique index the transaction's own rows break: 23505, everything undone.
+    "duplicate": ([
+        "INSERT INTO r VALUES (7, 'dup'), (8, 'dup')",
+        "CREATE UNIQUE INDEX r_dup ON r (v)",
+        "COMMIT",
+    ], [
+        "SELECT * FROM r ORDER BY k",
+        "SELECT count(*) AS n FROM pg_indexes WHERE indexname = 'r_dup'",
+    ]),
+    # A committed row's value taken by a row of the transaction that changed it first.
+    "value moves": ([
+        "UPDATE r SET v = 'old' || v WHERE k = 3",
+        "INSERT INTO r VALUES (9, 'three')",
+        "CREATE UNIQUE INDEX r_move ON r (v)",
+        "COMMIT",
+    ], [
+        "SELECT * FROM r ORDER BY k",
+        "SELECT k FROM r WHERE v = 'three'",
+        "SELECT k FROM r WHERE v = 'oldthree'",
+    ]),
+    # NOT NULL the transaction's own rows break: 23502.
+    "not null": ([
+        "INSERT INTO c VALUES (NULL, 'n')",
+        "ALTER TABLE c ALTER COLUMN x SET NOT NULL",
+        "COMMIT",
+    ], [
+        "SELECT * FROM c ORDER BY x",
+    ]),
+    "not null, row table": ([
+        "INSERT INTO r VALUES (10, NULL)",
+        "ALTER TABLE r ALTER COLUMN v SET NOT NULL",
+        "COMMIT",
+    ], [
+        "SELECT * FROM r ORDER BY k",
+    ]),
+    # TRUNCATE takes what the transaction wrote before it, not what it writes after.
+    "truncate": ([
+        "INSERT INTO c VALUES (11, 'gone')",
+        "INSERT INTO r VALUES (11, 'gone')",
+        "TRUNCATE c, r",
+        "INSERT INTO c VALUES (12, 'kept')",
+        "INSERT INTO r VALUES (12, 'kept')",
+        "SELECT * FROM r ORDER BY k",
+        "COMMIT",
+    ], [
+        "SELECT * FROM c ORDER BY x",
+        "SELECT * FROM r ORDER BY k",
+    ]),
+    # ROLLBACK TO SAVEPOINT takes the index back and keeps the rows before it.
+    "savepoint": ([
+        "INSERT INTO r VALUES (13, 'thirteen')",
+        "INSERT INTO c VALUES (13, 'thirteen')",
+        "SAVEPOINT p",
+        "CREATE INDEX r_sp ON r (v)",
+        "ALTER TABLE c ADD COLUMN q INT",
+        "INSERT INTO r VALUES (14, 'fourteen')",
+        "ROLLBACK TO SAVEPOINT p",
+        "INSERT INTO r VALUES (15, 'fifteen')",
+        "COMMIT",
+    ], [
+        "SELECT * FROM r ORDER BY k",
+        "SELECT * FROM c ORDER BY x",
+        "SELECT count(*) AS n FROM pg_indexes WHERE indexname = 'r_sp'",
+    ]),
+}
+
+
+def run(name, port, script, after):
+    with connect(name, port) as c:
+        c.execute("DROP TABLE IF EXISTS c, r, other")
+        for sql in SETUP:
+            c.execute(sql)
+        c.autocommit = False
+        got = []
+        for sql in script:
+            if sql == "COMMIT":
+                try:
+                    c.commit()
+                    got.append(("committed",))
+                except psycopg.Error as e:
+                    got.append(("error", e.sqlstate))
+                continue
+            got.append(answer(c, sql, None))
+        c.rollback()
+        c.autocommit = True
+        got += [answer(c, q, None) for q in after]
+        return got
+
+
+@pytest.fixture(scope="module")
+def ports():
+    with engines.postgres() as pg_port, engines.tierdb(BIN) as t_port:
+        yield pg_port, t_port
+
+
+@pytest.mark.parametrize("script", list(SCRIPTS))
+def test_own_ddl_after_own_writes_as_postgresql(ports, script):
+    statements, after = SCRIPTS[script]
+    pg = run("postgres", ports[0], statements, after)
+    tdb = run("tierdb", ports[1], statements, after)
+    labels = statements + after
+    for label, p, t in zip(labels, pg, tdb):
+        assert t == p, f"{script}: {label}"
