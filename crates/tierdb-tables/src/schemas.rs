@@ -138,7 +138,8 @@ impl Tables {
         names: &[String],
         if_exists: bool,
         cascade: bool,
-    ) -> Result<()> {
+    ) -> Result<SchemasDropped> {
+        let mut out = SchemasDropped::default();
         let mut found = Vec::new();
         for name in names {
             if is_system(name) {
@@ -151,6 +152,7 @@ impl Tables {
             }
             if self.schema_def(name).await?.is_none() {
                 if if_exists {
+                    out.missing.push(name.clone());
                     continue;
                 }
                 return Err(missing(name));
@@ -177,12 +179,22 @@ impl Tables {
             found.push((name.clone(), contents));
         }
         for (name, (views, tables, _)) in found {
+            out.cascaded.extend(self.contents_in_order(&name).await?);
+            let mut elsewhere = Vec::new();
             if !views.is_empty() {
-                self.drop_views(&views, true, Dependents::Cascade).await?;
+                elsewhere.extend(self.drop_views(&views, true, Dependents::Cascade).await?);
             }
             if !tables.is_empty() {
-                self.drop_tables(&tables, true, Dependents::Cascade).await?;
+                let dropped = self.drop_tables(&tables, true, Dependents::Cascade).await?;
+                elsewhere.extend(dropped.cascaded);
             }
+            // Views of other schemas that read what it held (viewdeps.rs invariant 3).
+            out.cascaded.extend(
+                elsewhere
+                    .into_iter()
+                    .filter(|v| split_qualified(v).0 != name || !v.contains('.'))
+                    .map(|v| format!("view {v}")),
+            );
             // Sequences no table owned (owned ones went with their tables).
             let (_, _, sequences) = self.schema_contents(&name).await?;
             if !sequences.is_empty() {
@@ -194,9 +206,45 @@ impl Tables {
             b.delete_schema(&name);
             self.commit_catalog(kv, b).await?;
         }
-        Ok(())
+        Ok(out)
     }
 
+    /// What schema `name` holds, as PostgreSQL's NOTICE of `DROP SCHEMA … CASCADE` names
+    /// it (`table s.t`, `view s.v`, `sequence s.q`; a SERIAL column's sequence goes with
+    /// its table unnamed), in the order it was created (tables before sequences before
+    /// views made in the same millisecond).
+    async fn contents_in_order(&self, name: &str) -> Result<Vec<String>> {
+        let inside = |n: &str| split_qualified(n).0 == name && n.contains('.');
+        let mut all: Vec<(u64, u8, String)> = Vec::new();
+        for t in self.tables().await? {
+            if inside(&t.name) {
+                all.push((t.created_ms, 0, format!("table {}", t.name)));
+            }
+        }
+        for s in self.sequences().await? {
+            if inside(&s.name) && s.owned_by.is_none() {
+                all.push((s.created_ms, 1, format!("sequence {}", s.name)));
+            }
+        }
+        for v in self.views().await? {
+            if inside(&v.name) {
+                all.push((v.created_ms, 2, format!("view {}", v.name)));
+            }
+        }
+        all.sort();
+        Ok(all.into_iter().map(|(_, _, d)| d).collect())
+    }
+}
+
+/// What `DROP SCHEMA` did: the schemas of `IF EXISTS` that were not there, and every
+/// object CASCADE took (`kind name`, as PostgreSQL's NOTICE names it).
+#[derive(Debug, Default, PartialEq)]
+pub struct SchemasDropped {
+    pub missing: Vec<String>,
+    pub cascaded: Vec<String>,
+}
+
+impl Tables {
     /// `COMMENT ON SCHEMA name IS …` (`None`: remove it). `public`'s comment is not kept.
     pub async fn comment_on_schema(&self, name: &str, comment: Option<String>) -> Result<()> {
         let kv = self.kv_writer()?;

@@ -91,17 +91,18 @@ pub struct Dropped {
     pub cascaded: Vec<String>,
 }
 
-/// PostgreSQL's NOTICE for the views a `DROP … CASCADE` took with it: the message and,
-/// for more than one, the DETAIL listing each; `None` when it took none.
+/// PostgreSQL's NOTICE for the objects a `DROP … CASCADE` took with it (each as `kind
+/// name`: `view v`, `table s.t`): the message and, for more than one, the DETAIL listing
+/// each; `None` when it took none.
 pub fn cascade_notice(cascaded: &[String]) -> Option<(String, Option<String>)> {
     match cascaded {
         [] => None,
-        [one] => Some((format!("drop cascades to view {one}"), None)),
+        [one] => Some((format!("drop cascades to {one}"), None)),
         many => Some((
             format!("drop cascades to {} other objects", many.len()),
             Some(
                 many.iter()
-                    .map(|v| format!("drop cascades to view {v}"))
+                    .map(|v| format!("drop cascades to {v}"))
                     .collect::<Vec<_>>()
                     .join("\n"),
             ),

@@ -46,6 +46,14 @@ pub struct SequenceDef {
     /// have none: [`SequenceDef::owner_column`] finds it by the table's defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owned_column: Option<String>,
+    /// When it was created (ms since the epoch; 0 for sequences created before this was
+    /// kept): DROP SCHEMA … CASCADE names what it takes in the order it was made.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub created_ms: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl SequenceDef {
@@ -59,6 +67,7 @@ impl SequenceDef {
             last: None,
             owned_by: None,
             owned_column: None,
+            created_ms: tierdb_kv::lease::now_ms(),
         }
     }
 

@@ -386,10 +386,22 @@ impl SqlSession {
                 ..
             } => {
                 let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
+                let mut missing = Vec::new();
+                for n in &names {
+                    if *if_exists && self.tables.view(n).await?.is_none() {
+                        missing.push(n);
+                    }
+                }
                 let cascaded = self
                     .tables
                     .drop_views(&names, *if_exists, Dependents::cascade_if(*cascade))
                     .await?;
+                for name in missing {
+                    self.notice(
+                        "00000",
+                        &format!("view \"{name}\" does not exist, skipping"),
+                    );
+                }
                 self.cascade_notice(&cascaded);
                 "DROP VIEW"
             }
@@ -516,9 +528,17 @@ impl SqlSession {
                 ..
             } => {
                 let names = names.iter().map(schema_ident).collect::<Result<Vec<_>>>()?;
-                self.tables
+                let dropped = self
+                    .tables
                     .drop_schemas(&names, *if_exists, *cascade)
                     .await?;
+                for name in &dropped.missing {
+                    self.notice(
+                        "00000",
+                        &format!("schema \"{name}\" does not exist, skipping"),
+                    );
+                }
+                self.objects_notice(&dropped.cascaded);
                 "DROP SCHEMA"
             }
             SqlStatement::Comment {

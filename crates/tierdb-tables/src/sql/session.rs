@@ -384,7 +384,14 @@ impl SqlSession {
     }
 
     /// PostgreSQL's "drop cascades to …" NOTICE for the views a DROP … CASCADE took.
-    pub(super) fn cascade_notice(&self, cascaded: &[String]) {
+    /// The NOTICE of the views a DROP … CASCADE took with it.
+    pub(super) fn cascade_notice(&self, views: &[String]) {
+        let views: Vec<String> = views.iter().map(|v| format!("view {v}")).collect();
+        self.objects_notice(&views);
+    }
+
+    /// The NOTICE of the objects (`kind name`) a DROP … CASCADE took with it.
+    pub(super) fn objects_notice(&self, cascaded: &[String]) {
         if let Some((message, detail)) = crate::viewdeps::cascade_notice(cascaded) {
             self.notice_with_detail("00000", &message, detail);
         }
