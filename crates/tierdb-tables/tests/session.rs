@@ -539,3 +539,55 @@ async fn drop_schema_cascade_names_what_it_took() {
         ]
     );
 }
+
+/// Every IF [NOT] EXISTS that skips says so, with the message psql printed from
+/// PostgreSQL 15 for the same statements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn if_exists_skips_say_so() {
+    let (e, _) = common::engine(1000).await;
+    let s = e.new_session();
+    s.sql(
+        "CREATE TABLE ct (k INT PRIMARY KEY, a INT); CREATE SEQUENCE cs; CREATE INDEX ci ON ct (a)",
+    )
+    .await
+    .unwrap();
+    s.take_notices();
+    for (sql, said) in [
+        (
+            "DROP SEQUENCE IF EXISTS nos",
+            "sequence \"nos\" does not exist, skipping",
+        ),
+        (
+            "DROP INDEX IF EXISTS noi",
+            "index \"noi\" does not exist, skipping",
+        ),
+        (
+            "ALTER TABLE IF EXISTS nt ADD COLUMN a INT",
+            "relation \"nt\" does not exist, skipping",
+        ),
+        (
+            "CREATE TABLE IF NOT EXISTS ct (a INT)",
+            "relation \"ct\" already exists, skipping",
+        ),
+        (
+            "CREATE INDEX IF NOT EXISTS ci ON ct (a)",
+            "relation \"ci\" already exists, skipping",
+        ),
+        (
+            "CREATE SEQUENCE IF NOT EXISTS cs",
+            "relation \"cs\" already exists, skipping",
+        ),
+        (
+            "ALTER TABLE ct ADD COLUMN IF NOT EXISTS a INT",
+            "column \"a\" of relation \"ct\" already exists, skipping",
+        ),
+        (
+            "ALTER TABLE ct DROP COLUMN IF EXISTS zz",
+            "column \"zz\" of relation \"ct\" does not exist, skipping",
+        ),
+    ] {
+        s.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let n: Vec<String> = s.take_notices().into_iter().map(|n| n.message).collect();
+        assert_eq!(n, [said], "{sql}");
+    }
+}

@@ -139,6 +139,12 @@ impl SqlSession {
         for (column, if_exists) in columns {
             let Some(i) = after.column_index(column) else {
                 if *if_exists {
+                    self.notice(
+                        "00000",
+                        &format!(
+                            "column \"{column}\" of relation \"{name}\" does not exist, skipping"
+                        ),
+                    );
                     continue;
                 }
                 return Err(TableError::Column {

@@ -44,6 +44,7 @@ impl SqlSession {
                 return Ok(());
             }
             if at.if_exists {
+                self.skipping("relation", &name, "does not exist");
                 return Ok(());
             }
         }
@@ -205,9 +206,63 @@ impl SqlSession {
                 }
             });
         }
+        let before = self.tables.table(&name).await?;
         self.tables.alter_table(&name, &changes).await?;
+        if let Some(def) = before {
+            for c in &changes {
+                match c {
+                    TableChange::AddColumn {
+                        column,
+                        if_not_exists: true,
+                    } if def.column_index(&column.name).is_some() => self.notice(
+                        "42701",
+                        &format!(
+                            "column \"{}\" of relation \"{name}\" already exists, skipping",
+                            column.name
+                        ),
+                    ),
+                    TableChange::DropColumn {
+                        name: column,
+                        if_exists: true,
+                    } if def.column_index(column).is_none() => self.notice(
+                        "00000",
+                        &format!(
+                            "column \"{column}\" of relation \"{name}\" does not exist, skipping"
+                        ),
+                    ),
+                    _ => {}
+                }
+            }
+        }
         self.schema.refresh().await?;
         Ok(())
+    }
+
+    /// PostgreSQL's NOTICE of an IF [NOT] EXISTS that skipped: `relation "t" already
+    /// exists, skipping` (a relation by its name without the schema, as PostgreSQL names
+    /// it there), `sequence "s.q" does not exist, skipping` (a DROP names it as written).
+    fn skipping(&self, kind: &str, name: &str, why: &str) {
+        let (code, name) = if kind == "relation" {
+            let code = if why == "already exists" {
+                "42P07"
+            } else {
+                "00000"
+            };
+            (code, super::split_qualified(name).1)
+        } else {
+            ("00000", name)
+        };
+        self.notice(code, &format!("{kind} \"{name}\" {why}, skipping"));
+    }
+
+    /// Whether an index of this name exists.
+    async fn index_exists(&self, name: &str) -> Result<bool> {
+        Ok(self
+            .tables
+            .tables()
+            .await?
+            .iter()
+            .any(|t| t.indexes.iter().any(|i| i.name == name)))
     }
 
     /// The SQL text a DEFAULT is kept as: the expression planned as CREATE TABLE plans a
@@ -424,6 +479,9 @@ impl SqlSession {
                     super::serial::bound_by_type(&mut seq, t)?;
                 }
                 super::serial::apply_options(&mut seq, sequence_options);
+                if *if_not_exists && self.tables.sequence(&seq_name).await?.is_some() {
+                    self.skipping("relation", &seq_name, "already exists");
+                }
                 self.tables.create_sequence(seq, *if_not_exists).await?;
                 if let Some(owner) = owned_by {
                     super::seqstmt::run(&self.tables, &seq_name, &format!("OWNED BY {owner}"))
@@ -443,7 +501,16 @@ impl SqlSession {
                 ..
             } => {
                 let names = names.iter().map(table_name).collect::<Result<Vec<_>>>()?;
+                let mut missing = Vec::new();
+                for n in &names {
+                    if *if_exists && self.tables.sequence(n).await?.is_none() {
+                        missing.push(n);
+                    }
+                }
                 self.tables.drop_sequences(&names, *if_exists).await?;
+                for n in missing {
+                    self.skipping("sequence", n, "does not exist");
+                }
                 "DROP SEQUENCE"
             }
             SqlStatement::CreateIndex(ci) => {
@@ -470,6 +537,9 @@ impl SqlSession {
                     Some(n) => renamed(&table, n)?,
                     None => format!("{table}_{}_idx", columns.join("_")),
                 };
+                if ci.if_not_exists && self.index_exists(&name).await? {
+                    self.skipping("relation", &name, "already exists");
+                }
                 self.tables
                     .create_index(
                         &table,
@@ -491,7 +561,11 @@ impl SqlSession {
                 ..
             } => {
                 for n in names {
-                    self.tables.drop_index(&table_name(n)?, *if_exists).await?;
+                    let n = table_name(n)?;
+                    if *if_exists && !self.index_exists(&n).await? {
+                        self.skipping("index", &n, "does not exist");
+                    }
+                    self.tables.drop_index(&n, *if_exists).await?;
                 }
                 "DROP INDEX"
             }
@@ -660,6 +734,9 @@ impl SqlSession {
             self.tables.drop_table(&name, true).await?;
         }
         let existed = self.tables.table(&name).await?.is_some();
+        if existed && c.if_not_exists {
+            self.skipping("relation", &name, "already exists");
+        }
         if !existed {
             for seq in sequences {
                 self.tables.create_sequence(seq, true).await?;
