@@ -37,6 +37,19 @@ def test_values_are_postgresqls(both):
     assert got == want
 
 
+def test_the_column_is_void_as_postgresqls(both):
+    """RowDescription's type (void, OID 2278), and the value in the text and the binary
+    format as psycopg reads them from each."""
+    for binary in (False, True):
+        got = []
+        for c in both:
+            cur = c.cursor(binary=binary)
+            cur.execute("SELECT pg_sleep(0) AS s, pg_sleep(NULL) AS n")
+            got.append(([(d.name, d.type_code) for d in cur.description], cur.fetchall()))
+        assert got[1] == got[0], f"binary={binary}"
+        assert got[0][0][0] == ("s", 2278)
+
+
 def test_each_row_sleeps(both):
     _, td = both
     start = time.monotonic()

@@ -78,6 +78,8 @@ fn declared(info: FieldInfo, field: &datafusion::arrow::datatypes::Field) -> Fie
             "CHARACTER VARYING" => Type::VARCHAR,
             "JSON" => Type::JSON,
             "JSONB" => Type::JSONB,
+            // pg_sleep's value (`tierdb_tables::sleep`).
+            "VOID" => Type::VOID,
             _ => return info,
         };
         (ty, -1)

@@ -1,5 +1,6 @@
 //! `pg_sleep(seconds)`: waits, then returns PostgreSQL's `void` value, an empty text (NULL
-//! for a NULL argument). Unlike PostgreSQL, the column's type is `text`, not `void`.
+//! for a NULL argument), in a column the PostgreSQL server describes as `void` (OID 2278,
+//! by its field's declared type, as PostgreSQL describes it).
 //!
 //! Test suites, connection-pool checks and statement-timeout demonstrations call it; it
 //! was "Invalid function". It is an async function (DataFusion's `AsyncScalarUDFImpl`), so
@@ -62,6 +63,20 @@ impl ScalarUDFImpl for PgSleep {
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
         Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(
+        &self,
+        _args: datafusion::logical_expr::ReturnFieldArgs,
+    ) -> Result<datafusion::arrow::datatypes::FieldRef> {
+        let declared = [(
+            crate::catalog::DECLARED_TYPE.to_string(),
+            "VOID".to_string(),
+        )];
+        Ok(Arc::new(
+            datafusion::arrow::datatypes::Field::new(self.name(), DataType::Utf8, true)
+                .with_metadata(declared.into_iter().collect()),
+        ))
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
