@@ -163,12 +163,16 @@ async fn apply(
                     ),
                 ));
             }
-            if !column.nullable && segments.iter().any(|s| s.rows > 0) {
+            if !column.nullable
+                && (segments.iter().any(|s| s.rows > 0)
+                    || (def.is_row_table() && crate::rows::any_row(tables, def).await?))
+            {
                 return Err(column_error(
                     "23502",
                     format!(
-                        "column {} of relation {} contains null values (a NOT NULL column \
-                         needs a DEFAULT, which tierdb does not have, on a table with rows)",
+                        "column \"{}\" of relation \"{}\" contains null values (a NOT NULL \
+                         column needs a DEFAULT, which ADD COLUMN does not take yet, on a \
+                         table with rows)",
                         column.name, def.name
                     ),
                 ));

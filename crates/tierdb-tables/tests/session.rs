@@ -591,3 +591,42 @@ async fn if_exists_skips_say_so() {
         assert_eq!(n, [said], "{sql}");
     }
 }
+
+/// ADD COLUMN … NOT NULL on a table with rows fails with 23502 as in PostgreSQL, for a
+/// row table too (it was taken, and every later read of the table failed: "Column 'b' is
+/// declared as non-nullable but contains null values"); on an empty table it is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_not_null_column_to_a_table_with_rows_is_refused() {
+    let (e, _) = common::engine(1000).await;
+    let s = e.new_session();
+    s.sql("CREATE TABLE an (k INT PRIMARY KEY, a INT); CREATE TABLE cn (a INT); CREATE TABLE en (k INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    s.sql("INSERT INTO an VALUES (1, 1); INSERT INTO cn VALUES (1)")
+        .await
+        .unwrap();
+    for t in ["an", "cn"] {
+        let err = s
+            .sql(&format!("ALTER TABLE {t} ADD COLUMN b INT NOT NULL"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.sqlstate(), "23502", "{t}: {err}");
+        assert!(
+            err.to_string().contains(&format!(
+                "column \"b\" of relation \"{t}\" contains null values"
+            )),
+            "{err}"
+        );
+        assert_eq!(
+            s.sql(&format!("SELECT count(*) FROM {t}"))
+                .await
+                .unwrap()
+                .len(),
+            1,
+            "{t} still reads"
+        );
+    }
+    s.sql("ALTER TABLE en ADD COLUMN b INT NOT NULL; INSERT INTO en VALUES (1, 2)")
+        .await
+        .unwrap();
+}

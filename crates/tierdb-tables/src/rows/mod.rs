@@ -250,6 +250,15 @@ pub(crate) async fn commit(tables: &Tables, writes: &mut RowWrites) -> Result<()
 
 /// Whether a committed row of row table `def` has NULL in column `column` (SET NOT NULL's
 /// check, made while no row commit can run: alter.rs rule 5).
+/// Whether the row table `def` has a committed row.
+pub(crate) async fn any_row(tables: &Tables, def: &TableDef) -> Result<bool> {
+    Ok(!tables
+        .reader
+        .scan(table_range(def.id), Some(1))
+        .await?
+        .is_empty())
+}
+
 pub(crate) async fn any_null(tables: &Tables, def: &TableDef, column: usize) -> Result<bool> {
     const PAGE: usize = 8192;
     let (mut start, end) = table_range(def.id);
