@@ -111,6 +111,42 @@ SCRIPTS = {
         "SELECT * FROM c ORDER BY x",
         "SELECT * FROM r ORDER BY k",
     ]),
+    # ADD COLUMN … DEFAULT on a row table: the rows before it (committed, and this
+    # transaction's own) read the value, evaluated once; DROP DEFAULT after keeps it for
+    # them (Django's AddField), new rows take what they are given.
+    "add column default": ([
+        "INSERT INTO r VALUES (5, 'five')",
+        "ALTER TABLE r ADD COLUMN n INT DEFAULT 0 NOT NULL",
+        "ALTER TABLE r ALTER COLUMN n DROP DEFAULT",
+        "ALTER TABLE r ADD COLUMN t TEXT DEFAULT 'x' || 'y'",
+        "ALTER TABLE r ADD COLUMN d NUMERIC(6,2) DEFAULT 1.5",
+        "ALTER TABLE r ADD COLUMN ts TIMESTAMP DEFAULT '2024-01-02 03:04:05'",
+        "ALTER TABLE r ADD COLUMN z INT DEFAULT NULL",
+        "SELECT * FROM r ORDER BY k",
+        "INSERT INTO r (k, v) VALUES (6, 'six')",                       # 23502: n
+        "COMMIT",
+    ], [
+        "SELECT count(*) AS n FROM r",
+    ]),
+    "add column default, committed": ([
+        "ALTER TABLE r ADD COLUMN n INT DEFAULT 0 NOT NULL",
+        "ALTER TABLE r ALTER COLUMN n DROP DEFAULT",
+        "ALTER TABLE r ADD COLUMN t TEXT DEFAULT 'x' || 'y'",
+        "INSERT INTO r (k, v, n) VALUES (6, 'six', 9)",
+        "UPDATE r SET n = n + 1 WHERE k = 1",
+        "CREATE INDEX r_n ON r (n)",
+        "SELECT k FROM r WHERE n = 0 ORDER BY k",
+        "ALTER TABLE r RENAME COLUMN t TO tt",
+        "COMMIT",
+    ], [
+        "SELECT * FROM r ORDER BY k",
+        "SELECT k FROM r WHERE n = 0 ORDER BY k",
+        "SELECT k FROM r WHERE n = 1 ORDER BY k",
+        "ALTER TABLE r ALTER COLUMN n TYPE BIGINT",
+        "ALTER TABLE r DROP COLUMN tt",
+        "SELECT * FROM r ORDER BY k",
+        "ALTER TABLE r ADD COLUMN bad INT NOT NULL",                     # 23502
+    ]),
     # ROLLBACK TO SAVEPOINT takes the index back and keeps the rows before it.
     "savepoint": ([
         "INSERT INTO r VALUES (13, 'thirteen')",

@@ -250,6 +250,7 @@ mod tests {
                 table: Some("the table".into()),
                 columns: vec![("b".into(), "second".into()), ("gone".into(), "x".into())],
             },
+            missing: vec![],
         };
         let rows = rows(&[def], &[]);
         let subids: Vec<(String, ScalarValue)> = rows

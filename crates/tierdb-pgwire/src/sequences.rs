@@ -269,6 +269,7 @@ mod tests {
             defaults,
             indexes: vec![],
             comments: Default::default(),
+            missing: Vec::new(),
         }
     }
 

@@ -15,6 +15,12 @@
 //! 4. A transaction that wrote rows with the table's old columns cannot commit them after
 //!    another session's change (40001; `Tables::commit_writes`); after its own, they
 //!    follow the change (`ownddl.rs`).
+//! 6. ADD COLUMN … DEFAULT gives the rows already there the default's value, evaluated
+//!    once, as PostgreSQL 11 and later do: a row table keeps it in the definition
+//!    ([`TableDef::missing`]) and its older, shorter rows read it (`rows/format.rs`
+//!    invariant 1), nothing rewritten. A columnar table's segments cannot read it, so
+//!    there a non-NULL default is refused while the table has rows (0A000: add the
+//!    column, then UPDATE it), as is a volatile default on any table with rows.
 //! 5. SET NOT NULL holds for the rows already there: the extent map's exact null counts
 //!    say whether any committed value is NULL (23502 if one is); rows written meanwhile by
 //!    other transactions cannot commit (rule 4). On a row table (rows in the KV engine, no
@@ -33,6 +39,8 @@ pub enum TableChange {
     AddColumn {
         column: ColumnDef,
         if_not_exists: bool,
+        /// ADD COLUMN … DEFAULT (rule 6).
+        default: Option<AddedDefault>,
     },
     /// ALTER COLUMN … SET NOT NULL (`true`) or DROP NOT NULL (`false`).
     NotNull {
@@ -60,6 +68,17 @@ pub enum TableChange {
         column: Option<String>,
         text: Option<String>,
     },
+}
+
+/// The DEFAULT of a column ADD COLUMN adds (rule 6).
+#[derive(Debug, Clone)]
+pub struct AddedDefault {
+    /// The expression's SQL text, kept as the column's DEFAULT.
+    pub sql: String,
+    /// Its value, evaluated once when the column is added, in the column's type.
+    pub value: datafusion::common::ScalarValue,
+    /// Whether it may change from row to row (`random()`, `nextval`).
+    pub volatile: bool,
 }
 
 fn column_error(code: &'static str, message: String) -> TableError {
@@ -140,6 +159,7 @@ async fn apply(
         TableChange::AddColumn {
             column,
             if_not_exists,
+            default,
         } => {
             if def.column_index(&column.name).is_some() {
                 if *if_not_exists {
@@ -163,21 +183,51 @@ async fn apply(
                     ),
                 ));
             }
-            if !column.nullable
-                && (segments.iter().any(|s| s.rows > 0)
-                    || (def.is_row_table() && crate::rows::any_row(tables, def).await?))
-            {
+            let has_rows = segments.iter().any(|s| s.rows > 0)
+                || (def.is_row_table() && crate::rows::any_row(tables, def).await?);
+            // Rule 6.
+            let value = default.as_ref().map(|d| &d.value).filter(|v| !v.is_null());
+            if has_rows && default.as_ref().is_some_and(|d| d.volatile) {
+                return Err(column_error(
+                    "0A000",
+                    format!(
+                        "ADD COLUMN {} with a volatile DEFAULT on {}, a table with rows, is not \
+                         supported (each row would need its own value): add the column, then \
+                         UPDATE it",
+                        column.name, def.name
+                    ),
+                ));
+            }
+            if has_rows && value.is_some() && !def.is_row_table() {
+                return Err(column_error(
+                    "0A000",
+                    format!(
+                        "ADD COLUMN {} with a DEFAULT on {}, a table without a PRIMARY KEY that \
+                         has rows, is not supported (its segments cannot read the value): add \
+                         the column, then UPDATE it",
+                        column.name, def.name
+                    ),
+                ));
+            }
+            if !column.nullable && value.is_none() && has_rows {
                 return Err(column_error(
                     "23502",
                     format!(
-                        "column \"{}\" of relation \"{}\" contains null values (a NOT NULL \
-                         column needs a DEFAULT, which ADD COLUMN does not take yet, on a \
-                         table with rows)",
+                        "column \"{}\" of relation \"{}\" contains null values",
                         column.name, def.name
                     ),
                 ));
             }
             def.columns.push(column.clone());
+            if let Some(d) = default {
+                def.defaults.push((column.name.clone(), d.sql.clone()));
+            }
+            if let Some(v) = value
+                && def.is_row_table()
+            {
+                let text = crate::rows::format::missing_text(column.ty, v)?;
+                def.missing.push((column.name.clone(), text));
+            }
             for s in segments.iter_mut() {
                 s.columns.push(ColumnStats {
                     min: None,
@@ -228,7 +278,7 @@ async fn apply(
             for index in &mut def.indexes {
                 index.columns.iter_mut().for_each(rename);
             }
-            for (c, _) in &mut def.defaults {
+            for (c, _) in def.defaults.iter_mut().chain(def.missing.iter_mut()) {
                 rename(c);
             }
             def.comments.rename_column(from, to);

@@ -348,6 +348,12 @@ pub struct TableDef {
     /// COMMENT ON TABLE and COMMENT ON COLUMN.
     #[serde(default, skip_serializing_if = "Comments::is_empty")]
     pub comments: Comments,
+    /// Row tables: the value of each column ADD COLUMN … DEFAULT added, for the rows
+    /// written before it (PostgreSQL's "missing value"): (column, the value in row format
+    /// 1's bytes, as hex). A row shorter than its table reads these past its end
+    /// (`rows/format.rs` invariant 1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<(String, String)>,
 }
 
 /// A table's descriptions (`COMMENT ON`), as `pg_description` lists them.

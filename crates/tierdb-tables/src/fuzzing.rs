@@ -85,6 +85,7 @@ fn row_table(columns: usize) -> TableDef {
         defaults: Vec::new(),
         indexes: Vec::new(),
         comments: Default::default(),
+        missing: Vec::new(),
     }
 }
 

@@ -109,6 +109,7 @@ mod tests {
             defaults: Vec::new(),
             indexes: Vec::new(),
             comments: Default::default(),
+            missing: Vec::new(),
         }
     }
 

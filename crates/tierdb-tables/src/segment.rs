@@ -254,6 +254,7 @@ mod tests {
             defaults: Vec::new(),
             indexes: Vec::new(),
             comments: Default::default(),
+            missing: Vec::new(),
         };
         let schema = Arc::new(Schema::new(vec![
             Field::new("narrow", DataType::Int32, false),

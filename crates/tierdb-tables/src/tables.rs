@@ -290,6 +290,7 @@ impl Tables {
             defaults: new.defaults,
             indexes: Vec::new(),
             comments: Default::default(),
+            missing: Vec::new(),
         };
         def.validate()?;
         let mut b = CatalogBatch::default();

@@ -37,6 +37,7 @@ fn seeds() -> Vec<Vec<u8>> {
         defaults: Vec::new(),
         indexes: Vec::new(),
         comments: Default::default(),
+        missing: Vec::new(),
     };
     let stats = |min, max| ColumnStats {
         min: Some(min),

@@ -44,6 +44,7 @@ fn table(id: u64, name: &str) -> TableDef {
             },
         ],
         comments: Default::default(),
+        missing: Vec::new(),
     }
 }
 

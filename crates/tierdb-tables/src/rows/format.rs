@@ -11,7 +11,8 @@
 //! Invariants:
 //!
 //! 1. A row written before ALTER TABLE … ADD COLUMN has fewer columns than the table: the
-//!    columns past its count read as NULL (ADD COLUMN has no DEFAULT). A row never holds
+//!    columns past its count read as the value ADD COLUMN … DEFAULT gave them
+//!    ([`TableDef::missing`], that value's bytes as a column of a row), else NULL. A row never holds
 //!    more columns than its table: DROP COLUMN and ALTER COLUMN … TYPE write every row
 //!    again (`sql/alter_type.rs`), and a transaction that wrote rows before cannot commit
 //!    them after (`rows/index.rs` `check_tables`), so position `i` always means the
@@ -105,7 +106,11 @@ pub(crate) fn decode_row(def: &TableDef, key: &[u8], value: &[u8]) -> Result<Vec
     let bitmap = r.take(stored.div_ceil(8)).map_err(&damaged)?.to_vec();
     let mut out = Vec::with_capacity(def.columns.len());
     for (i, c) in def.columns.iter().enumerate() {
-        let null = i >= stored || bitmap[i / 8] & (1 << (i % 8)) != 0;
+        if i >= stored {
+            out.push(missing_value(def, i)?);
+            continue;
+        }
+        let null = bitmap[i / 8] & (1 << (i % 8)) != 0;
         if null {
             out.push(ScalarValue::try_from(c.ty.arrow())?);
             continue;
@@ -119,6 +124,48 @@ pub(crate) fn decode_row(def: &TableDef, key: &[u8], value: &[u8]) -> Result<Vec
         )));
     }
     Ok(out)
+}
+
+/// What column `i` of `def` reads in a row written before it was added (invariant 1).
+fn missing_value(def: &TableDef, i: usize) -> Result<ScalarValue> {
+    let c = &def.columns[i];
+    let Some((_, hex)) = def.missing.iter().find(|(n, _)| *n == c.name) else {
+        return Ok(ScalarValue::try_from(c.ty.arrow())?);
+    };
+    let damaged = |reason: String| TableError::Damaged {
+        key: format!(
+            "the value column {} of table {} has in older rows",
+            c.name, def.name
+        ),
+        reason,
+    };
+    let bytes = unhex(hex).ok_or_else(|| damaged(format!("{hex:?} is not hex")))?;
+    let mut r = Reader { buf: &bytes, at: 0 };
+    let v = decode_value(&mut r, c.ty).map_err(&damaged)?;
+    if r.at != bytes.len() {
+        return Err(damaged(format!(
+            "{} bytes after the value",
+            bytes.len() - r.at
+        )));
+    }
+    Ok(v)
+}
+
+/// `v` (a value of a column of type `ty`) as [`TableDef::missing`] keeps it.
+pub(crate) fn missing_text(ty: ColumnType, v: &ScalarValue) -> Result<String> {
+    let mut out = Vec::new();
+    encode_value(&mut out, ty, v)?;
+    Ok(hex(&out))
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 fn decode_value(r: &mut Reader<'_>, ty: ColumnType) -> std::result::Result<ScalarValue, String> {
@@ -257,6 +304,7 @@ mod tests {
             defaults: vec![],
             indexes: vec![],
             comments: Default::default(),
+            missing: Vec::new(),
         }
     }
 
@@ -311,6 +359,34 @@ mod tests {
         let back = decode_row(&d, b"k", &v).unwrap();
         assert_eq!(back[3], ScalarValue::Int64(None));
         assert_eq!(back[1], ScalarValue::Utf8(Some("héllo".into())));
+    }
+
+    #[test]
+    fn rows_of_fewer_columns_read_a_missing_value_where_there_is_one() {
+        let mut d = def();
+        let v = encode_row(&d, &batch(&d), 0).unwrap();
+        for (name, ty) in [("n", ColumnType::Int64), ("t", ColumnType::Utf8)] {
+            d.columns.push(ColumnDef {
+                name: name.into(),
+                ty,
+                nullable: true,
+            });
+        }
+        let text = missing_text(ColumnType::Utf8, &ScalarValue::Utf8(Some("xy".into()))).unwrap();
+        assert_eq!(text, "020000007879");
+        d.missing.push(("t".into(), text));
+        let back = decode_row(&d, b"k", &v).unwrap();
+        assert_eq!(back[3], ScalarValue::Int64(None));
+        assert_eq!(back[4], ScalarValue::Utf8(Some("xy".into())));
+        // A damaged missing value is an error naming it, never data.
+        d.missing[0].1 = "0200zz".into();
+        let e = decode_row(&d, b"k", &v).unwrap_err().to_string();
+        assert!(
+            e.contains("the value column t of table t has in older rows"),
+            "{e}"
+        );
+        d.missing[0].1 = "0500000078".into();
+        assert!(decode_row(&d, b"k", &v).is_err());
     }
 
     /// Fuzz: cut, flipped and random values decode or fail as damaged; never a panic.

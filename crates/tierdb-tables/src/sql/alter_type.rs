@@ -67,6 +67,8 @@ impl SqlSession {
         let before = self.tables.require(name).await?;
         self.refuse_rewrite_in_transaction("ALTER COLUMN … TYPE", &before)?;
         let mut after = before.clone();
+        // Every row is written again with all its columns: none reads a missing value.
+        after.missing.clear();
         let mut items: Vec<Option<String>> = vec![None; before.columns.len()];
         for r in retypes {
             let column = ident_name(r.column);
@@ -136,6 +138,8 @@ impl SqlSession {
         let before = self.tables.require(name).await?;
         self.refuse_rewrite_in_transaction("DROP COLUMN", &before)?;
         let mut after = before.clone();
+        // Every row is written again with all its columns: none reads a missing value.
+        after.missing.clear();
         for (column, if_exists) in columns {
             let Some(i) = after.column_index(column) else {
                 if *if_exists {
@@ -167,6 +171,7 @@ impl SqlSession {
             after.columns.remove(i);
             after.indexes.retain(|x| !x.columns.contains(column));
             after.defaults.retain(|(c, _)| c != column);
+            after.missing.retain(|(c, _)| c != column);
             after.comments.set_column(column, None);
         }
         if after == before {

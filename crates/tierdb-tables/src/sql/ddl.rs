@@ -21,6 +21,7 @@ use crate::provider::{ScanOptions, TierTable};
 use crate::rows::index::IndexOptions;
 use crate::tables::NewTable;
 use crate::viewdeps::Dependents;
+use datafusion::common::ScalarValue;
 
 impl SqlSession {
     /// ALTER TABLE: RENAME TO, ADD COLUMN, DROP COLUMN (see `alter.rs`), the whole
@@ -152,10 +153,14 @@ impl SqlSession {
                     if_not_exists,
                     column_def,
                     ..
-                } => TableChange::AddColumn {
-                    column: self.column_def(column_def).await?,
-                    if_not_exists: *if_not_exists,
-                },
+                } => {
+                    let (column, default) = self.added_column(&name, column_def).await?;
+                    TableChange::AddColumn {
+                        column,
+                        if_not_exists: *if_not_exists,
+                        default,
+                    }
+                }
                 Op::DropColumn {
                     column_names,
                     if_exists,
@@ -207,6 +212,21 @@ impl SqlSession {
             });
         }
         let before = self.tables.table(&name).await?;
+        // A columnar table's rows this transaction wrote cannot read a DEFAULT's value
+        // either (alter.rs rule 6; ownddl.rs follows its segments by name only).
+        if let (Some(def), Some(tx)) = (&before, self.abort.slot.current())
+            && !def.is_row_table()
+            && tx.wrote(def.id)
+            && changes.iter().any(|c| {
+                matches!(c, TableChange::AddColumn { default: Some(d), .. } if !d.value.is_null())
+            })
+        {
+            return Err(TableError::Unsupported(format!(
+                "ADD COLUMN with a DEFAULT on {name}, a table without a PRIMARY KEY this \
+                 transaction wrote rows of, is not supported: add the column before writing, \
+                 or UPDATE it after"
+            )));
+        }
         self.tables.alter_table(&name, &changes).await?;
         if let Some(def) = before {
             for c in &changes {
@@ -214,6 +234,7 @@ impl SqlSession {
                     TableChange::AddColumn {
                         column,
                         if_not_exists: true,
+                        ..
                     } if def.column_index(&column.name).is_some() => self.notice(
                         "42701",
                         &format!(
@@ -281,7 +302,73 @@ impl SqlSession {
                 message: format!("column \"{name}\" of relation \"{table}\" does not exist"),
             });
         };
-        let ty = match c.ty {
+        Ok(self.default_expr(table, &name, c.ty, value).await?.0)
+    }
+
+    /// A column of ADD COLUMN and its DEFAULT, if it has one: its SQL text, and its value
+    /// evaluated once in the column's type (`alter.rs` rule 6).
+    async fn added_column(
+        &self,
+        table: &str,
+        c: &datafusion::sql::sqlparser::ast::ColumnDef,
+    ) -> Result<(ColumnDef, Option<crate::alter::AddedDefault>)> {
+        use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
+        use datafusion::arrow::datatypes::Schema;
+        use datafusion::logical_expr::ColumnarValue;
+        use datafusion::sql::sqlparser::ast::ColumnOption;
+        let mut plain = c.clone();
+        let mut default = None;
+        plain.options.retain(|o| match &o.option {
+            ColumnOption::Default(e) => {
+                default = Some(e.clone());
+                false
+            }
+            _ => true,
+        });
+        let column = self.column_def(&plain).await?;
+        let Some(value) = default else {
+            return Ok((column, None));
+        };
+        let (sql, expr) = self
+            .default_expr(table, &column.name, column.ty, &value)
+            .await?;
+        let volatile = expr.is_volatile();
+        let value = if volatile {
+            ScalarValue::try_from(column.ty.arrow())?
+        } else {
+            let cast = datafusion::logical_expr::cast(expr, column.ty.arrow());
+            let phys = self
+                .ctx
+                .create_physical_expr(cast, &datafusion::common::DFSchema::empty())?;
+            let one_row = RecordBatch::try_new_with_options(
+                Arc::new(Schema::empty()),
+                vec![],
+                &RecordBatchOptions::new().with_row_count(Some(1)),
+            )?;
+            match phys.evaluate(&one_row)? {
+                ColumnarValue::Scalar(s) => s,
+                ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0)?,
+            }
+        };
+        Ok((
+            column,
+            Some(crate::alter::AddedDefault {
+                sql,
+                value,
+                volatile,
+            }),
+        ))
+    }
+
+    /// [`Self::default_sql`] of a column `name` of type `ty`, with the planned expression.
+    async fn default_expr(
+        &self,
+        table: &str,
+        name: &str,
+        ty: ColumnType,
+        value: &SqlExpr,
+    ) -> Result<(String, datafusion::logical_expr::Expr)> {
+        let ty = match ty {
             ColumnType::Float64 => "DOUBLE PRECISION".to_string(),
             other => other.sql(),
         };
@@ -311,7 +398,7 @@ impl SqlSession {
                 "DEFAULT {value}: not a default"
             )));
         };
-        default_text(expr, &name, table)
+        Ok((default_text(expr, name, table)?, expr.clone()))
     }
 
     /// A column of ALTER TABLE … ADD COLUMN as the catalog keeps it: its type as

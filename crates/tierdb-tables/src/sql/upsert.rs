@@ -308,6 +308,7 @@ impl SqlSession {
                 defaults: Vec::new(),
                 indexes: Vec::new(),
                 comments: Default::default(),
+                missing: Vec::new(),
             });
         }
         let name = super::stored_table(&dml.table_name)?;
