@@ -20,8 +20,29 @@ pub(crate) fn describe(
     format: &pgwire::api::portal::Format,
     options: Option<Arc<pgwire::types::format::FormatOptions>>,
 ) -> PgWireResult<Vec<FieldInfo>> {
+    use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion_postgres::arrow_pg::datatypes::arrow_schema_to_pg_fields;
-    let fields = arrow_schema_to_pg_fields(schema, format, options)?;
+    // arrow-pg knows no Decimal256 (a literal of more than 38 digits): NUMERIC too, and
+    // sent by `numeric.rs` as every NUMERIC is.
+    let fields = if schema
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Decimal256(..)))
+    {
+        let as_numeric = schema.fields().iter().map(|f| match f.data_type() {
+            DataType::Decimal256(_, s) => {
+                Field::new(f.name(), DataType::Decimal128(38, *s), f.is_nullable())
+            }
+            _ => f.as_ref().clone(),
+        });
+        arrow_schema_to_pg_fields(
+            &Schema::new(as_numeric.collect::<Vec<_>>()),
+            format,
+            options,
+        )?
+    } else {
+        arrow_schema_to_pg_fields(schema, format, options)?
+    };
     Ok(fields
         .into_iter()
         .zip(schema.fields())
@@ -52,7 +73,7 @@ fn type_size(ty: &pgwire::api::Type) -> i16 {
 /// `info` with the type and typmod `field` declares (see [`describe`]).
 fn declared(info: FieldInfo, field: &datafusion::arrow::datatypes::Field) -> FieldInfo {
     use pgwire::api::Type;
-    if let DataType::Decimal128(p, s) = field.data_type() {
+    if let DataType::Decimal128(p, s) | DataType::Decimal256(p, s) = field.data_type() {
         let typmod = ((i32::from(*p) << 16) | i32::from(*s).max(0)) + 4;
         return info.with_type_modifier(typmod);
     }
@@ -122,6 +143,7 @@ pub(crate) fn encode_rows(
             Ok(b) => {
                 let b = as_pg_text(in_time_zone(b, &time_zone), &fields);
                 let b = as_pg_binary(b, &fields);
+                let b = crate::numeric::as_pg_numeric(b, &fields);
                 futures::stream::iter(rows_until_error(encode_recordbatch(fields.clone(), b)))
             }
             Err(e) => futures::stream::iter(vec![Err(table_error(&TableError::from(e)))]),

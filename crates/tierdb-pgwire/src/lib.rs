@@ -47,6 +47,7 @@ pub mod fuzzing;
 mod keyed;
 mod keys;
 mod keysql;
+mod numeric;
 mod parse;
 mod pgcatalog;
 mod psqlfns;
