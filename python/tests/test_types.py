@@ -260,6 +260,46 @@ def test_integer_literals_are_typed_as_postgresql_types_them(both):
     assert sqlstates(both, "SELECT 2147483647 + 1") == ["22003", "22003"]
 
 
+NUMERIC_QUERIES = [
+    # A number with a point or an exponent is NUMERIC, not DOUBLE PRECISION.
+    "SELECT 0.1 + 0.2 AS a, 1.5 AS b, -0.05 AS c, 1.5e-3 AS e, 2.5E3::numeric AS f, 0.00 AS g, "
+    "pg_typeof(1.5)::text AS h",
+    # More digits than a 128-bit decimal's 28 that the drivers' decimals hold, and than 38.
+    "SELECT 12345678901234567890123456789.5 AS a, -99999999999999999999999999999999999999 AS b",
+    "SELECT 123456789012345678901234567890123456789012.5 AS a",
+    "SELECT n, n * 2 AS twice, n + 0.005 AS more, n / 2 AS half FROM ty ORDER BY id",
+    # DATE ± INTERVAL is a TIMESTAMP.
+    "SELECT date '2024-01-01' + interval '1.5 hours' AS a, "
+    "date '2024-03-01' - interval '30 minutes' AS b, interval '1 hour' + day AS c FROM ty ORDER BY id",
+    # INTERVAL times and divided by a number (`intervalmul.rs`).
+    "SELECT interval '1 day' * 1.5 AS a, 3 * interval '1 hour' AS b, interval '1 mon' / 7 AS c, "
+    "interval '1 mon 1 day 1 hour' * 2.7 AS d, interval '10 min' * s AS e, "
+    "ts - interval '1 day' * 2 AS f FROM ty WHERE s IS NOT NULL ORDER BY id",
+]
+
+
+@pytest.mark.parametrize("binary", [False, True])
+@pytest.mark.parametrize("sql", NUMERIC_QUERIES)
+def test_numbers_and_intervals_compute_as_in_postgresql(both, sql, binary):
+    pg, td = both
+    want = pg.cursor(binary=binary).execute(sql)
+    got = td.cursor(binary=binary).execute(sql)
+    assert [d.type_code for d in got.description] == [d.type_code for d in want.description]
+    assert got.fetchall() == want.fetchall()
+
+
+def test_numeric_quotients_have_sixteen_significant_digits(both):
+    """PostgreSQL gives a NUMERIC quotient at least 16 significant digits (`1.0 / 3` has
+    20); Arrow's rule gave 5 (`0.33333`)."""
+    pg, td = both
+    sql = "SELECT 1.0 / 3, 2 / 3.0, 7 / 2.0, 1 / 7.000"
+    want = pg.execute(sql).fetchone()
+    got = td.execute(sql).fetchone()
+    for w, g in zip(want, got):
+        assert isinstance(g, decimal.Decimal)
+        assert abs(g - w) < decimal.Decimal("1e-15"), (g, w)
+
+
 def test_now_is_timestamptz(both):
     pg, td = both
     want = pg.execute("SELECT now()").description[0].type_code

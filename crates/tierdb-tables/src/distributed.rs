@@ -294,8 +294,12 @@ impl WorkerService {
                     .with_runtime_env(runtime.clone())
                     .with_distributed_worker_plan_rewrite_handler(CachedFooters { runtime })
                     .build();
-                // Plans name tierdb's checked arithmetic (`checked.rs`).
-                for f in crate::checked::functions() {
+                // Plans name tierdb's checked and interval arithmetic (`checked.rs`,
+                // `intervalmul.rs`).
+                for f in crate::checked::functions()
+                    .into_iter()
+                    .chain(crate::intervalmul::functions())
+                {
                     datafusion::execution::FunctionRegistry::register_udf(&mut state, f)?;
                 }
                 // And PostgreSQL's `sum`, whose narrow-integer input is cast inside its

@@ -19,6 +19,14 @@
 //!    function returning one scalar column names that column too (`SELECT g …`; pgbench's
 //!    server-side data generation writes it so); DataFusion names it `value`. The alias
 //!    gets the column alias `g(g)`.
+//! 6. A number written with an exponent (`1e10`, `2.5E-3`) is written out in plain digits
+//!    (`10000000000`, `0.0025`), the NUMERIC value PostgreSQL reads: DataFusion, which
+//!    reads numbers with a point or an exponent as NUMERIC for tierdb as PostgreSQL does,
+//!    gives `1e10` a negative scale that no client can be sent. An exponent beyond ±1000
+//!    is left to DataFusion's error. Unlike PostgreSQL's, a whole number so written is
+//!    then an integer literal (`pg_typeof(1e10)` is bigint; the value is the same).
+//! 7. An INTERVAL times or divided by a number is PostgreSQL's `interval_mul` /
+//!    `interval_div` (`intervalmul.rs`), which DataFusion does not have.
 
 use std::ops::ControlFlow;
 
@@ -43,8 +51,15 @@ impl VisitorMut for Repair {
     }
 
     fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        if let Expr::Value(v) = e
+            && let datafusion::sql::sqlparser::ast::Value::Number(n, _) = &mut v.value
+            && let Some(plain) = plain_digits(n)
+        {
+            *n = plain;
+        }
         sequence_name_casts(e);
         text_type_casts(e);
+        crate::intervalmul::rewrite(e);
         crate::charcast::repair(e);
         if matches!(e, Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..)) {
             let taken = std::mem::replace(
@@ -55,6 +70,49 @@ impl VisitorMut for Repair {
         }
         ControlFlow::Continue(())
     }
+}
+
+/// Rule 6: `n` (unsigned digits, an optional point, an exponent) in plain digits; `None`
+/// when it has no exponent or is not such a number.
+fn plain_digits(n: &str) -> Option<String> {
+    let (mantissa, exponent) = n.split_once(['e', 'E'])?;
+    let exponent: i64 = exponent.parse().ok().filter(|e: &i64| e.abs() <= 1000)?;
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{int}{frac}");
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Where the point falls in `digits`, and the digits after it (the scale).
+    let point = int.len() as i64 + exponent;
+    let scale = (frac.len() as i64 - exponent).max(0) as usize;
+    let mut whole = if point <= 0 {
+        String::new()
+    } else if point as usize >= digits.len() {
+        format!("{digits}{}", "0".repeat(point as usize - digits.len()))
+    } else {
+        digits[..point as usize].to_string()
+    };
+    let after = if point < 0 {
+        format!("{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+    } else {
+        digits.get(point as usize..).unwrap_or("").to_string()
+    };
+    let trimmed = whole.trim_start_matches('0');
+    whole = if trimmed.is_empty() {
+        "0".into()
+    } else {
+        trimmed.into()
+    };
+    let after: String = after
+        .chars()
+        .chain(std::iter::repeat('0'))
+        .take(scale)
+        .collect();
+    Some(if scale == 0 {
+        whole
+    } else {
+        format!("{whole}.{after}")
+    })
 }
 
 /// Rule 2.
@@ -217,6 +275,19 @@ mod tests {
         repair(&mut s);
         s.to_string()
     }
+    #[test]
+    fn numbers_with_an_exponent_are_written_out() {
+        // PostgreSQL 15: SELECT 1e10, 2.5E3, 1.5e-3, 1.50e1, .5e1, 12.345e1, 0e5, 1e-0;
+        assert_eq!(
+            fixed("SELECT 1e10, 2.5E3, 1.5e-3, 1.50e1, .5e1, 12.345e1, 0e5, 1e-0, -2e2"),
+            "SELECT 10000000000, 2500, 0.0015, 15.0, 5, 123.45, 0, 1, -200"
+        );
+        // No exponent, or one too large to write out: unchanged.
+        assert_eq!(fixed("SELECT 1.50, 7, 1e5000"), "SELECT 1.50, 7, 1e5000");
+        assert_eq!(plain_digits("1e2x"), None);
+        assert_eq!(plain_digits("e5"), None);
+    }
+
     #[test]
     fn the_alias_of_a_one_column_function_names_its_column() {
         assert_eq!(

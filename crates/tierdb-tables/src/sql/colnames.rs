@@ -162,6 +162,15 @@ pub fn figure(e: &Expr) -> (String, u8) {
             inner if inner.1 > 1 => inner,
             _ => (ty.into(), 1),
         },
+        // An operator on an INTERVAL, as the parser rewrote it (`intervalmul.rs`).
+        Expr::Function(f)
+            if matches!(
+                function_name(f).as_str(),
+                "tierdb_interval_mul" | "tierdb_interval_div"
+            ) =>
+        {
+            unnamed()
+        }
         Expr::Function(f) => (function_name(f), 2),
         Expr::Cast {
             expr,

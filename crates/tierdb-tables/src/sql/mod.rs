@@ -174,6 +174,9 @@ impl SqlEngine {
         // TIMESTAMPTZ and now() are instants in UTC (PostgreSQL's timestamptz); without a
         // zone DataFusion would make both zone-less timestamps.
         config.options_mut().execution.time_zone = Some(crate::catalog::UTC.into());
+        // A number with a point or an exponent is NUMERIC, as in PostgreSQL (`0.1 + 0.2`
+        // is 0.3, `pg_typeof(1.5)` numeric), not DOUBLE PRECISION.
+        config.options_mut().sql_parser.parse_float_as_decimal = true;
         // A statement timeout or cancel stops planning at the next rule (`interrupt.rs`).
         let interrupt = Interrupt::fresh();
         config.options_mut().extensions.insert(interrupt.clone());
@@ -188,6 +191,8 @@ impl SqlEngine {
             .unwrap_or(0);
         analyzer.insert(at, Arc::new(crate::bpchar::CharSemantics));
         analyzer.push(Arc::new(crate::checked::CheckedArithmetic::default()));
+        // NUMERIC quotients and DATE ± INTERVAL as PostgreSQL types them (`pgarith.rs`).
+        analyzer.push(Arc::new(crate::pgarith::PgArithmetic));
         // Three-valued logic the simplifier's IN-list algebra would lose (`inlist.rs`).
         analyzer.push(Arc::new(crate::inlist::NullSafeInLists));
         let check = || Arc::new(InterruptCheck);
@@ -226,7 +231,10 @@ impl SqlEngine {
         state = state.with_optimizer_rules(interleave(rules, check() as _));
         let state = crate::distributed::coordinate(state, &options.workers);
         let ctx = SessionContext::new_with_state(state.build());
-        for f in crate::checked::functions() {
+        for f in crate::checked::functions()
+            .into_iter()
+            .chain(crate::intervalmul::functions())
+        {
             ctx.register_udf(f.as_ref().clone());
         }
         ctx.register_udaf(crate::checked::SumAsNumeric::udaf());

@@ -1,0 +1,187 @@
+//! Arithmetic typed as PostgreSQL types it where DataFusion's answer differs, by an
+//! analyzer rule after type coercion ([`PgArithmetic`]).
+//!
+//! NUMERIC division. Arrow divides decimals with MySQL's rule: the quotient keeps the
+//! dividend's scale plus 4, so `1.0 / 3` is `0.33333` and `7 / 2.0` is `3.5000`.
+//! PostgreSQL gives a quotient at least 16 significant digits (`0.33333333333333333333`,
+//! `3.5000000000000000`). Before tierdb read `1.0` as NUMERIC, such literals were DOUBLE
+//! PRECISION and these quotients had 16 digits: rules 1 to 3 keep them.
+//!
+//! 1. The dividend of a division of two decimals is cast to `k` more places of scale, so
+//!    the quotient's scale (dividend's + 4) is at least 16, PostgreSQL's
+//!    `NUMERIC_MIN_SIG_DIGITS`.
+//! 2. `k` never lets the division overflow where it would not have: Arrow multiplies the
+//!    dividend by `10^(4 + divisor's scale)`, so `k` is at most what keeps the cast
+//!    dividend's precision plus that within 38 digits (`p1 + k + 4 + s2 <= 38`,
+//!    [`extra_scale`]). A dividend of high precision (a `sum` of a NUMERIC(38,…)) keeps
+//!    Arrow's scale.
+//! 3. Applied twice, it changes nothing the second time (the cast dividend already has
+//!    the scale), so a plan analyzed again (to describe, then to run) keeps its types.
+//!
+//! DATE plus or minus an INTERVAL.
+//!
+//! 4. In PostgreSQL `date + interval` and `date - interval` are timestamps; DataFusion
+//!    keeps a date and drops the interval's time of day: `date '2024-01-01' + interval
+//!    '1.5 hours'` was `2024-01-01`, a silently wrong value. Where the interval is not a
+//!    literal of whole days and months, the date is cast to TIMESTAMP first. A literal of
+//!    whole days and months (`+ interval '1' year`, TPC-H's) keeps the date: the same
+//!    value PostgreSQL gives at midnight, typed DATE, so a date column's comparison with
+//!    it is still pruned by the extent map; so does `date + integer` (a date in
+//!    PostgreSQL). Applied twice, the cast date is a timestamp
+//!    and is left alone.
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DFSchema, Result};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::{BinaryExpr, Cast, Expr, ExprSchemable, LogicalPlan, Operator};
+use datafusion::optimizer::AnalyzerRule;
+
+/// PostgreSQL's fewest significant digits of a quotient (`NUMERIC_MIN_SIG_DIGITS`).
+const MIN_SCALE: i8 = 16;
+
+/// Rules 1 and 2: how many places of scale to add to a `Decimal128(p1, s1)` dividend over a
+/// divisor of scale `s2`.
+fn extra_scale(p1: u8, s1: i8, s2: i8) -> i8 {
+    let wanted = MIN_SCALE - (s1.max(0) + 4);
+    let room = 38 - (i16::from(p1) + 4 + i16::from(s2.max(0)));
+    wanted.min(room.clamp(0, 38) as i8).max(0)
+}
+
+#[derive(Debug, Default)]
+pub struct PgArithmetic;
+
+impl AnalyzerRule for PgArithmetic {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            let schema = match &node {
+                LogicalPlan::TableScan(_) | LogicalPlan::Values(_) => {
+                    node.schema().as_ref().clone()
+                }
+                _ => datafusion::logical_expr::utils::merge_schema(&node.inputs()),
+            };
+            let names = NamePreserver::new(&node);
+            let t = node.map_expressions(|e| {
+                let saved = names.save(&e);
+                e.transform_up(|e| {
+                    let t = widen(e, &schema)?;
+                    if t.transformed {
+                        return Ok(t);
+                    }
+                    date_interval(t.data, &schema)
+                })
+                .map(|t| t.update_data(|e| saved.restore(e)))
+            })?;
+            // A parent's schema names its children's types: recompute every node's.
+            t.data
+                .recompute_schema()
+                .map(|p| Transformed::new_transformed(p, t.transformed))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "tierdb_pg_arithmetic"
+    }
+}
+
+fn widen(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Divide,
+        right,
+    }) = &e
+    else {
+        return Ok(Transformed::no(e));
+    };
+    let (Ok(DataType::Decimal128(p1, s1)), Ok(DataType::Decimal128(_, s2))) =
+        (left.get_type(schema), right.get_type(schema))
+    else {
+        return Ok(Transformed::no(e));
+    };
+    let k = extra_scale(p1, s1, s2);
+    if k == 0 {
+        return Ok(Transformed::no(e));
+    }
+    let to = DataType::Decimal128(p1 + k as u8, s1 + k);
+    Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr {
+        left: Box::new(Expr::Cast(Cast::new(left.clone(), to))),
+        op: Operator::Divide,
+        right: right.clone(),
+    })))
+}
+
+/// Rule 4.
+fn date_interval(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    use datafusion::arrow::datatypes::TimeUnit;
+    use datafusion::common::ScalarValue;
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &e else {
+        return Ok(Transformed::no(e));
+    };
+    if !matches!(op, Operator::Plus | Operator::Minus) {
+        return Ok(Transformed::no(e));
+    }
+    let (Ok(lt), Ok(rt)) = (left.get_type(schema), right.get_type(schema)) else {
+        return Ok(Transformed::no(e));
+    };
+    let interval = |t: &DataType| matches!(t, DataType::Interval(_));
+    let (date, other) = match (&lt, &rt) {
+        (DataType::Date32 | DataType::Date64, t) if interval(t) => (left, right),
+        (t, DataType::Date32 | DataType::Date64) if interval(t) && *op == Operator::Plus => {
+            (right, left)
+        }
+        _ => return Ok(Transformed::no(e)),
+    };
+    let whole_days = match other.as_ref() {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) => v.nanoseconds == 0,
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => v.milliseconds == 0,
+        Expr::Literal(ScalarValue::IntervalYearMonth(Some(_)), _) => true,
+        // `date + integer`, which type coercion makes `date + CAST(CAST(n * 86400 AS
+        // Duration) AS Interval)`: a date in PostgreSQL too.
+        Expr::Cast(c) => {
+            matches!(c.expr.as_ref(), Expr::Cast(d) if matches!(d.field.data_type(), DataType::Duration(_)))
+        }
+        _ => false,
+    };
+    if whole_days {
+        return Ok(Transformed::no(e));
+    }
+    let ts = Expr::Cast(Cast::new(
+        date.clone(),
+        DataType::Timestamp(TimeUnit::Microsecond, None),
+    ));
+    let (left, right) = if std::ptr::eq(date, left) {
+        (Box::new(ts), right.clone())
+    } else {
+        (left.clone(), Box::new(ts))
+    };
+    Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: *op,
+        right,
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotients_get_sixteen_places_where_they_fit() {
+        // 1.0 / 3: NUMERIC(2,1) by NUMERIC(10,0) (an INT coerced): 11 more, scale 16.
+        assert_eq!(extra_scale(2, 1, 0), 11);
+        // 7 / 2.0: BIGINT as NUMERIC(20,0) by NUMERIC(2,1): 12 more.
+        assert_eq!(extra_scale(20, 0, 1), 12);
+        // Already 16 places or more: none.
+        assert_eq!(extra_scale(30, 12, 0), 0);
+        assert_eq!(extra_scale(20, 14, 2), 0);
+        // A dividend of 38 digits: Arrow's scale, no new overflow.
+        assert_eq!(extra_scale(38, 2, 2), 0);
+        // Room for some of the places only.
+        assert_eq!(extra_scale(30, 2, 0), 4);
+        // Applied again after the cast, nothing more (rule 3).
+        assert_eq!(extra_scale(2 + 11, 1 + 11, 0), 0);
+        assert_eq!(extra_scale(30 + 4, 2 + 4, 0), 0);
+    }
+}
