@@ -274,7 +274,7 @@ NUMERIC_QUERIES = [
     # INTERVAL times and divided by a number (`intervalmul.rs`).
     "SELECT interval '1 day' * 1.5 AS a, 3 * interval '1 hour' AS b, interval '1 mon' / 7 AS c, "
     "interval '1 mon 1 day 1 hour' * 2.7 AS d, interval '10 min' * s AS e, "
-    "ts - interval '1 day' * 2 AS f FROM ty WHERE s IS NOT NULL ORDER BY id",
+    "ts - interval '1 day' * 2 AS f, NULL::interval AS g FROM ty ORDER BY id",
 ]
 
 

@@ -144,6 +144,7 @@ pub(crate) fn encode_rows(
                 let b = as_pg_text(in_time_zone(b, &time_zone), &fields);
                 let b = as_pg_binary(b, &fields);
                 let b = crate::numeric::as_pg_numeric(b, &fields);
+                let b = crate::interval::as_pg_interval(b, &fields);
                 futures::stream::iter(rows_until_error(encode_recordbatch(fields.clone(), b)))
             }
             Err(e) => futures::stream::iter(vec![Err(table_error(&TableError::from(e)))]),

@@ -44,6 +44,7 @@ mod errors;
 mod extended;
 mod floats;
 pub mod fuzzing;
+mod interval;
 mod keyed;
 mod keys;
 mod keysql;

@@ -264,8 +264,9 @@ pub(crate) fn copy_out_stream(
                                     if col.is_null(row) {
                                         opts.field(None)
                                     } else {
-                                        let text =
-                                            crate::floats::cell(col, row).unwrap_or_else(|| {
+                                        let text = crate::floats::cell(col, row)
+                                            .or_else(|| crate::interval::cell(col, row))
+                                            .unwrap_or_else(|| {
                                                 pg_text(col.data_type(), f.value(row).to_string())
                                             });
                                         opts.field(Some(&text))
