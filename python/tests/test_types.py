@@ -271,6 +271,11 @@ NUMERIC_QUERIES = [
     # DATE ± INTERVAL is a TIMESTAMP.
     "SELECT date '2024-01-01' + interval '1.5 hours' AS a, "
     "date '2024-03-01' - interval '30 minutes' AS b, interval '1 hour' + day AS c FROM ty ORDER BY id",
+    # Casts to integers round as PostgreSQL rounds: NUMERIC half away from zero, floats
+    # to the nearest even (`pgarith.rs` rule 5); also the casts INSERT makes.
+    "SELECT 2.5::int AS a, (-2.5)::int AS b, 2.5::float8::int AS c, 3.5::float8::int AS d, "
+    "2.5::real::int AS e, CAST(99.99 AS bigint) AS f, (r * 3)::smallint AS g, d::bigint AS h "
+    "FROM ty WHERE id = 1",
     # INTERVAL times and divided by a number (`intervalmul.rs`).
     "SELECT interval '1 day' * 1.5 AS a, 3 * interval '1 hour' AS b, interval '1 mon' / 7 AS c, "
     "interval '1 mon 1 day 1 hour' * 2.7 AS d, interval '10 min' * s AS e, "

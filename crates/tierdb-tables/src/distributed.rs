@@ -294,11 +294,12 @@ impl WorkerService {
                     .with_runtime_env(runtime.clone())
                     .with_distributed_worker_plan_rewrite_handler(CachedFooters { runtime })
                     .build();
-                // Plans name tierdb's checked and interval arithmetic (`checked.rs`,
-                // `intervalmul.rs`).
+                // Plans name tierdb's checked and interval arithmetic and rounding
+                // (`checked.rs`, `intervalmul.rs`, `pgarith.rs`).
                 for f in crate::checked::functions()
                     .into_iter()
                     .chain(crate::intervalmul::functions())
+                    .chain(crate::pgarith::functions())
                 {
                     datafusion::execution::FunctionRegistry::register_udf(&mut state, f)?;
                 }

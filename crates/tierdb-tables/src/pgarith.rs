@@ -29,13 +29,29 @@
 //!    it is still pruned by the extent map; so does `date + integer` (a date in
 //!    PostgreSQL). Applied twice, the cast date is a timestamp
 //!    and is left alone.
+//!
+//! Casts to integers.
+//!
+//! 5. PostgreSQL rounds a NUMERIC cast to an integer half away from zero (`2.5::int` is
+//!    3) and a REAL or DOUBLE PRECISION to the nearest even (`rint`: `2.5::float8::int`
+//!    is 2, `3.5::float8::int` 4); Arrow truncates both (2, 2, 3). The casts DataFusion
+//!    plans (written ones, and the ones an INSERT or UPDATE makes into an integer column)
+//!    go through a NUMERIC of scale 0 first (Arrow rounds that one half away from zero)
+//!    or through `tierdb_rint`. Applied twice, the inner value is already whole (scale 0,
+//!    or `tierdb_rint`'s) and nothing changes.
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, Result};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{BinaryExpr, Cast, Expr, ExprSchemable, LogicalPlan, Operator};
+use std::sync::Arc;
+
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::{
+    BinaryExpr, Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
 use datafusion::optimizer::AnalyzerRule;
 
 /// PostgreSQL's fewest significant digits of a quotient (`NUMERIC_MIN_SIG_DIGITS`).
@@ -49,8 +65,78 @@ fn extra_scale(p1: u8, s1: i8, s2: i8) -> i8 {
     wanted.min(room.clamp(0, 38) as i8).max(0)
 }
 
-#[derive(Debug, Default)]
-pub struct PgArithmetic;
+#[derive(Debug)]
+pub struct PgArithmetic {
+    rint: Arc<ScalarUDF>,
+}
+
+impl Default for PgArithmetic {
+    fn default() -> Self {
+        PgArithmetic {
+            rint: Arc::new(ScalarUDF::new_from_impl(Rint::default())),
+        }
+    }
+}
+
+/// `tierdb_rint`, to register on a session (plans name it).
+pub fn functions() -> Vec<Arc<ScalarUDF>> {
+    vec![Arc::new(ScalarUDF::new_from_impl(Rint::default()))]
+}
+
+/// `tierdb_rint(x)`: a REAL or DOUBLE PRECISION rounded to the nearest whole number, ties
+/// to even (C's `rint`, which PostgreSQL's float-to-integer casts use).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Rint {
+    signature: Signature,
+}
+
+impl Default for Rint {
+    fn default() -> Self {
+        Rint {
+            signature: Signature::uniform(
+                1,
+                vec![DataType::Float32, DataType::Float64],
+                Volatility::Immutable,
+            ),
+        }
+    }
+}
+
+impl ScalarUDFImpl for Rint {
+    fn name(&self) -> &str {
+        "tierdb_rint"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(args[0].clone())
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::datatypes::{Float32Type, Float64Type};
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let a = &arrays[0];
+        let out: datafusion::arrow::array::ArrayRef = match a.data_type() {
+            DataType::Float32 => Arc::new(
+                a.as_primitive::<Float32Type>()
+                    .unary::<_, Float32Type>(f32::round_ties_even),
+            ),
+            _ => Arc::new(
+                a.as_primitive::<Float64Type>()
+                    .unary::<_, Float64Type>(f64::round_ties_even),
+            ),
+        };
+        Ok(if matches!(args.args[0], ColumnarValue::Scalar(_)) {
+            ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&out, 0)?)
+        } else {
+            ColumnarValue::Array(out)
+        })
+    }
+}
 
 impl AnalyzerRule for PgArithmetic {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
@@ -69,7 +155,11 @@ impl AnalyzerRule for PgArithmetic {
                     if t.transformed {
                         return Ok(t);
                     }
-                    date_interval(t.data, &schema)
+                    let t = date_interval(t.data, &schema)?;
+                    if t.transformed {
+                        return Ok(t);
+                    }
+                    integer_cast(t.data, &schema, &self.rint)
                 })
                 .map(|t| t.update_data(|e| saved.restore(e)))
             })?;
@@ -161,6 +251,44 @@ fn date_interval(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         op: *op,
         right,
     })))
+}
+
+/// Rule 5.
+fn integer_cast(e: Expr, schema: &DFSchema, rint: &Arc<ScalarUDF>) -> Result<Transformed<Expr>> {
+    let (inner, to) = match &e {
+        Expr::Cast(c) => (&c.expr, c.field.data_type().clone()),
+        Expr::TryCast(c) => (&c.expr, c.field.data_type().clone()),
+        _ => return Ok(Transformed::no(e)),
+    };
+    if !matches!(
+        to,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    ) {
+        return Ok(Transformed::no(e));
+    }
+    let whole = match inner.get_type(schema) {
+        Ok(DataType::Decimal128(p, s)) if s > 0 => {
+            let digits = (i16::from(p) - i16::from(s) + 1).clamp(1, 38) as u8;
+            Expr::Cast(Cast::new(inner.clone(), DataType::Decimal128(digits, 0)))
+        }
+        Ok(DataType::Float32 | DataType::Float64) => match inner.as_ref() {
+            Expr::ScalarFunction(f) if f.func.name() == rint.name() => {
+                return Ok(Transformed::no(e));
+            }
+            _ => Expr::ScalarFunction(ScalarFunction::new_udf(
+                rint.clone(),
+                vec![inner.as_ref().clone()],
+            )),
+        },
+        _ => return Ok(Transformed::no(e)),
+    };
+    Ok(Transformed::yes(match e {
+        Expr::TryCast(c) => Expr::TryCast(datafusion::logical_expr::TryCast::new(
+            Box::new(whole),
+            c.field.data_type().clone(),
+        )),
+        _ => Expr::Cast(Cast::new(Box::new(whole), to)),
+    }))
 }
 
 #[cfg(test)]

@@ -191,8 +191,9 @@ impl SqlEngine {
             .unwrap_or(0);
         analyzer.insert(at, Arc::new(crate::bpchar::CharSemantics));
         analyzer.push(Arc::new(crate::checked::CheckedArithmetic::default()));
-        // NUMERIC quotients and DATE ± INTERVAL as PostgreSQL types them (`pgarith.rs`).
-        analyzer.push(Arc::new(crate::pgarith::PgArithmetic));
+        // NUMERIC quotients, DATE ± INTERVAL and casts to integers as PostgreSQL computes
+        // them (`pgarith.rs`).
+        analyzer.push(Arc::new(crate::pgarith::PgArithmetic::default()));
         // Three-valued logic the simplifier's IN-list algebra would lose (`inlist.rs`).
         analyzer.push(Arc::new(crate::inlist::NullSafeInLists));
         let check = || Arc::new(InterruptCheck);
@@ -234,6 +235,7 @@ impl SqlEngine {
         for f in crate::checked::functions()
             .into_iter()
             .chain(crate::intervalmul::functions())
+            .chain(crate::pgarith::functions())
         {
             ctx.register_udf(f.as_ref().clone());
         }
