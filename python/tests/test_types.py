@@ -451,6 +451,12 @@ NAMED_QUERIES = [
     # Repeated names (DataFusion refuses them in a projection; PostgreSQL does not).
     "SELECT i, CAST(i AS bigint), i FROM ty ORDER BY 1, 2",
     "SELECT count(i), count(s), i FROM ty GROUP BY i ORDER BY count(i), i",
+    # Catalog queries, as drivers and tools read their columns by name.
+    "SELECT count(*), max(c.relname), c.relkind FROM pg_catalog.pg_class c "
+    "WHERE c.relname = 'ty' GROUP BY c.relkind",
+    "SELECT n.nspname, count(*) FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid "
+    "WHERE c.relname = 'ty' GROUP BY n.nspname",
+    "SELECT 2.5::int, 1.0 / 3, interval '1 day' * 2",
 ]
 
 

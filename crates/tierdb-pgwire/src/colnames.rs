@@ -8,8 +8,10 @@
 //! 2. An aliased item keeps its alias; a `*` stands for columns whose names DataFusion
 //!    gives: items before the first `*` are matched from the left, items after the last
 //!    from the right, and if the counts cannot match nothing is renamed.
-//! 3. Applied to queries of user tables only: the catalog queries tools send are rewritten
-//!    before planning (`catalogsql.rs`), so their text is no longer the client's.
+//! 3. Applied to catalog queries too, as `catalogsql.rs` rewrote them: an item the rewrite
+//!    left (`count(*)`, `c.relname`) gets PostgreSQL's name (`count`, as drivers read it
+//!    by name; DataFusion's was `count(*)`); an item it replaced is named after what
+//!    replaced it, as DataFusion named it before. Aliased items keep their aliases.
 
 use datafusion::sql::sqlparser::ast::Statement;
 use pgwire::api::results::FieldInfo;
@@ -19,12 +21,9 @@ use tierdb_tables::sql::colnames::{ResultNames, of_statement};
 #[derive(Debug, PartialEq)]
 pub(crate) struct Names(ResultNames);
 
-/// The names to send for `stmt`'s rows: PostgreSQL's, for a query of user tables
-/// (invariant 3); `None` keeps DataFusion's.
+/// The names to send for `stmt`'s rows: PostgreSQL's (invariant 3); `None` keeps
+/// DataFusion's.
 pub(crate) fn for_client(stmt: &Statement) -> Option<Names> {
-    if crate::catalogsql::reads_catalog(stmt) {
-        return None;
-    }
     of_statement(stmt).map(Names)
 }
 
