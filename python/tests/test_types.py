@@ -1,5 +1,6 @@
 """Column types through `tierdb serve`, against PostgreSQL 15 as the oracle: the same table
-(SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, NUMERIC(p,s), VARCHAR(n), VARCHAR, CHAR(n), TEXT,
+(SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, NUMERIC(p,s) of up to 38 digits and of 65,
+VARCHAR(n), VARCHAR, CHAR(n), TEXT,
 BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, TIME, BYTEA, UUID, JSON, JSONB) on both, the same rows written with driver
 parameters, then compared: the values read back, the column types and typmods the
 RowDescription reports, COPY TO STDOUT in text and CSV byte for byte, COPY FROM STDIN of
@@ -49,6 +50,7 @@ COLUMNS = [
     ("jb", "JSONB"),
     ("tm", "TIME"),
     ("vu", "VARCHAR"),
+    ("w", "NUMERIC(65,30)"),
 ]
 UTC = datetime.timezone.utc
 ROWS = [
@@ -56,13 +58,15 @@ ROWS = [
      True, datetime.date(2024, 2, 29), datetime.datetime(2024, 1, 2, 3, 4, 5, 123456),
      datetime.datetime(2024, 1, 2, 1, 4, 5, tzinfo=UTC), b"\x00\xff\\",
      uuid.UUID("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"), Json(DOC), Jsonb(DOC),
-     datetime.time(10, 11, 12, 500000), "no length"),
+     datetime.time(10, 11, 12, 500000), "no length",
+     decimal.Decimal("123456789012345678901234567890.123456789012345678901234567890")),
     (2, -32768, -2147483648, -9223372036854775808, -0.25, -1e300, decimal.Decimal("-0.01"), "", "abc", "line\nbreak",
      False, datetime.date(1970, 1, 1), datetime.datetime(1970, 1, 1),
      datetime.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), b"",
-     uuid.UUID(int=0), Json([]), Jsonb("text"), datetime.time(23, 59, 59, 999999), ""),
+     uuid.UUID(int=0), Json([]), Jsonb("text"), datetime.time(23, 59, 59, 999999), "",
+     decimal.Decimal("-0.000000000000000000000000000001")),
     (3, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None,
-     None, None),
+     None, None, None),
 ]
 
 
@@ -116,7 +120,7 @@ def test_result_columns_carry_postgresql_types_and_typmods(both):
     # The declared length and precision reach the client (psycopg's display sizes).
     cols = {d.name: d for d in td.execute(sql).description}
     pcols = {d.name: d for d in pg.execute(sql).description}
-    for name in ("v", "c", "n"):
+    for name in ("v", "c", "n", "w"):
         assert (cols[name].display_size, cols[name].precision, cols[name].scale) == \
             (pcols[name].display_size, pcols[name].precision, pcols[name].scale), name
 
@@ -467,3 +471,81 @@ def test_result_columns_are_named_as_postgresql_names_them(both, sql):
         want = [d.name for d in pg.execute(sql, prepare=prepare).description]
         got = [d.name for d in td.execute(sql, prepare=prepare).description]
         assert got == want, f"prepare={prepare}"
+
+
+WIDE_SCRIPT = [
+    "CREATE TABLE wide_k (a NUMERIC(60,10) PRIMARY KEY, b TEXT)",
+    "INSERT INTO wide_k VALUES (1.5, 'a'), (-2.25, 'b'), "
+    "(99999999999999999999999999999999999999999999.1, 'c'), (0.00000000005, 'd')",
+    "UPDATE wide_k SET b = b || '!' WHERE a > 1",
+    "DELETE FROM wide_k WHERE a = -2.25",
+]
+WIDE_QUERIES = [
+    "SELECT * FROM wide_k ORDER BY a",
+    "SELECT * FROM wide_k WHERE a BETWEEN 0 AND 2 ORDER BY a",
+    "SELECT sum(a), min(a), max(a), count(*) FROM wide_k",
+    "SELECT w, w * 2, w + 1, -w FROM ty ORDER BY id",
+    "SELECT id FROM ty WHERE w > 0 ORDER BY id",
+]
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_numeric_of_more_than_38_digits_is_stored_and_keyed_as_postgresql(both, binary):
+    """NUMERIC(p,s) past 38 digits (Prisma's default DECIMAL(65,30)) is Arrow's Decimal256:
+    in Parquet segments (ty), row tables with it as the key, and results."""
+    pg, td = both
+    for conn in both:
+        conn.execute("DROP TABLE IF EXISTS wide_k")
+        for sql in WIDE_SCRIPT:
+            conn.execute(sql)
+    for sql in WIDE_QUERIES:
+        want = pg.cursor(binary=binary).execute(sql)
+        got = td.cursor(binary=binary).execute(sql)
+        assert [d.type_code for d in got.description] == [d.type_code for d in want.description], sql
+        assert got.fetchall() == want.fetchall(), sql
+    # A parameter wider than 38 digits.
+    big = decimal.Decimal("12345678901234567890123456789012345678901234567.5")
+    for conn in both:
+        conn.execute("INSERT INTO wide_k VALUES (%s, 'p')", (big,), binary=binary)
+    want = pg.execute("SELECT a FROM wide_k WHERE b = 'p'").fetchall()
+    assert td.execute("SELECT a FROM wide_k WHERE b = 'p'").fetchall() == want == [(big,)]
+
+
+def test_a_precision_past_76_is_refused_with_the_limit_named(both):
+    _, td = both
+    with pytest.raises(psycopg.Error) as e:
+        td.execute("CREATE TABLE too_wide (x NUMERIC(100,2))")
+    assert e.value.sqlstate == "0A000"
+    assert "76" in str(e.value)
+
+
+VIOLATIONS = [
+    "CREATE TABLE vio (id INT PRIMARY KEY, email TEXT NOT NULL, n INT)",
+    "CREATE UNIQUE INDEX vio_email ON vio (email)",
+    "INSERT INTO vio VALUES (1, 'a@x', 1)",
+]
+
+
+@pytest.mark.parametrize("sql", [
+    "INSERT INTO vio VALUES (1, 'b@x', 2)",
+    "INSERT INTO vio VALUES (2, 'a@x', 2)",
+    "INSERT INTO vio VALUES (3, NULL, 2)",
+    "UPDATE vio SET email = NULL WHERE id = 1",
+])
+def test_constraint_violations_carry_postgresqls_fields(both, sql):
+    """23505 and 23502 send DETAIL and the schema, table, column and constraint names as
+    fields (ORMs map a violation to a form error by them: Ecto by `constraint`)."""
+    pg, td = both
+    for conn in both:
+        conn.execute("DROP TABLE IF EXISTS vio")
+        for s in VIOLATIONS:
+            conn.execute(s)
+
+    def diag(conn):
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute(sql)
+        d = e.value.diag
+        return (e.value.sqlstate, d.message_primary, d.message_detail if d.sqlstate == "23505" else None,
+                d.schema_name, d.table_name, d.column_name, d.constraint_name)
+
+    assert diag(td) == diag(pg)

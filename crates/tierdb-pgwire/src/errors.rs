@@ -42,7 +42,22 @@ pub(crate) fn user_error(code: &str, message: String) -> PgWireError {
 }
 
 pub(crate) fn table_error(e: &TableError) -> PgWireError {
-    user_error(e.sqlstate(), e.message())
+    match tierdb_tables::error::violation_of(e) {
+        Some(v) => violation(v),
+        None => user_error(e.sqlstate(), e.message()),
+    }
+}
+
+/// A constraint violation as PostgreSQL sends it: the message, DETAIL, and the schema,
+/// table, column and constraint fields drivers and ORMs read.
+fn violation(v: &tierdb_tables::violation::Violation) -> PgWireError {
+    let mut info = ErrorInfo::new("ERROR".into(), v.code.into(), v.message.clone());
+    info.detail = v.detail.clone();
+    info.schema = Some(v.schema.clone());
+    info.table = Some(v.table.clone());
+    info.column = v.column.clone();
+    info.constraint = v.constraint.clone();
+    PgWireError::UserError(Box::new(info))
 }
 
 pub(crate) fn timed_out() -> PgWireError {
@@ -69,8 +84,10 @@ pub(crate) struct SqlStates;
 impl SqlStates {
     fn rewrite(&self, error: &mut PgWireError) {
         if let PgWireError::ApiError(e) = error {
-            let code = tierdb_tables::error::sqlstate_of(e.as_ref());
-            *error = user_error(code, e.to_string());
+            *error = match tierdb_tables::error::violation_of(e.as_ref()) {
+                Some(v) => violation(v),
+                None => user_error(tierdb_tables::error::sqlstate_of(e.as_ref()), e.to_string()),
+            };
         }
     }
 }
@@ -90,5 +107,63 @@ pub(crate) fn sqlstate(e: &PgWireError) -> String {
     match e {
         PgWireError::UserError(info) => info.code.clone(),
         other => format!("not a user error: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::error::DataFusionError;
+    use tierdb_tables::violation::Violation;
+
+    fn unique() -> TableError {
+        TableError::Violation(Box::new(Violation {
+            code: "23505",
+            message: "duplicate key value violates unique constraint \"t_pkey\"".into(),
+            detail: Some("Key (id)=(1) already exists.".into()),
+            schema: "public".into(),
+            table: "t".into(),
+            column: None,
+            constraint: Some("t_pkey".into()),
+        }))
+    }
+
+    fn info(e: PgWireError) -> ErrorInfo {
+        match e {
+            PgWireError::UserError(info) => *info,
+            other => panic!("not a user error: {other}"),
+        }
+    }
+
+    #[test]
+    fn violations_send_detail_and_names_as_fields() {
+        let i = info(table_error(&unique()));
+        assert_eq!(i.code, "23505");
+        assert_eq!(
+            i.message,
+            "duplicate key value violates unique constraint \"t_pkey\""
+        );
+        assert_eq!(i.detail.as_deref(), Some("Key (id)=(1) already exists."));
+        assert_eq!(i.schema.as_deref(), Some("public"));
+        assert_eq!(i.table.as_deref(), Some("t"));
+        assert_eq!(i.constraint.as_deref(), Some("t_pkey"));
+        assert_eq!(i.column, None);
+    }
+
+    #[test]
+    fn violations_raised_under_a_plan_keep_their_fields() {
+        let wrapped = DataFusionError::Context(
+            "while inserting".into(),
+            Box::new(DataFusionError::External(Box::new(unique()))),
+        );
+        let i = info(table_error(&TableError::DataFusion(wrapped)));
+        assert_eq!(i.constraint.as_deref(), Some("t_pkey"));
+        assert_eq!(i.detail.as_deref(), Some("Key (id)=(1) already exists."));
+
+        let mut e = PgWireError::ApiError(Box::new(DataFusionError::External(Box::new(unique()))));
+        SqlStates.rewrite(&mut e);
+        let i = info(e);
+        assert_eq!(i.code, "23505");
+        assert_eq!(i.table.as_deref(), Some("t"));
     }
 }

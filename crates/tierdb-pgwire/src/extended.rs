@@ -391,6 +391,11 @@ fn bind_parameters(
 ) -> PgWireResult<ParamValues> {
     let as_text = crate::textparams::text_parameters(portal)?;
     let portal = as_text.as_ref().unwrap_or(portal);
+    let numeric = crate::numparams::take_numeric(portal, types)?;
+    let (portal, mut ours) = match &numeric {
+        Some((p, decoded)) => (p, decoded.clone()),
+        None => (portal, Vec::new()),
+    };
     let hinted = |i: usize| {
         portal
             .statement
@@ -422,10 +427,12 @@ fn bind_parameters(
     };
     let mut out = Vec::with_capacity(list.len());
     for (i, v) in list.into_iter().enumerate() {
+        // A NUMERIC parameter decoded by numparams.rs (arrow-pg saw NULL in its place).
+        let value = ours.get_mut(i).and_then(Option::take).unwrap_or(v.value);
         // arrow-pg gives a NUMERIC parameter the precision of its digits, which is less
         // than its scale for 0.01 (Decimal128(1, 1, 2), an invalid type every cast
         // refuses): widen it; the cast to the target type checks the range.
-        let value = match v.value {
+        let value = match value {
             datafusion::common::ScalarValue::Decimal128(d, _, s) => {
                 datafusion::common::ScalarValue::Decimal128(d, 38, s)
             }

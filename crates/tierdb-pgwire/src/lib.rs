@@ -49,6 +49,7 @@ mod keyed;
 mod keys;
 mod keysql;
 mod numeric;
+mod numparams;
 mod parse;
 mod pgcatalog;
 mod psqlfns;

@@ -147,6 +147,9 @@ pub enum ColumnType {
         len: u32,
     },
     Date32,
+    /// NUMERIC(p,s): Arrow's Decimal128 up to precision 38, Decimal256 from 39 to
+    /// [`MAX_NUMERIC_PRECISION`] (Prisma's default `DECIMAL(65,30)`), as DataFusion types
+    /// `NUMERIC(p,s)` in SQL.
     Decimal {
         precision: u8,
         scale: i8,
@@ -170,6 +173,13 @@ pub enum ColumnType {
     /// added are [`ColumnType::Utf8`] and read as `text`.
     VarcharUnbounded,
 }
+
+/// The most digits a NUMERIC(p,s) column may declare: Arrow's Decimal256 holds 76
+/// (PostgreSQL allows 1000; a wider declaration is refused with this limit named).
+pub const MAX_NUMERIC_PRECISION: u8 = 76;
+
+/// The widest NUMERIC(p,s) Arrow's Decimal128 holds; wider columns are Decimal256.
+pub const DECIMAL128_MAX_PRECISION: u8 = 38;
 
 /// The Arrow field metadata key of a column's declared SQL type, where Arrow's type does not
 /// say it (`VARCHAR(20)`, `CHAR(3)`).
@@ -196,6 +206,9 @@ impl ColumnType {
             | ColumnType::Json
             | ColumnType::Jsonb => DataType::Utf8,
             ColumnType::Date32 => DataType::Date32,
+            ColumnType::Decimal { precision, scale } if precision > DECIMAL128_MAX_PRECISION => {
+                DataType::Decimal256(precision, scale)
+            }
             ColumnType::Decimal { precision, scale } => DataType::Decimal128(precision, scale),
             ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             ColumnType::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
@@ -215,6 +228,10 @@ impl ColumnType {
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ColumnType::Utf8,
             DataType::Date32 => ColumnType::Date32,
             DataType::Decimal128(p, s) => ColumnType::Decimal {
+                precision: *p,
+                scale: *s,
+            },
+            DataType::Decimal256(p, s) => ColumnType::Decimal {
                 precision: *p,
                 scale: *s,
             },
@@ -495,6 +512,7 @@ impl StatValue {
             ScalarValue::Float32(Some(f)) => StatValue::Float(f64::from(*f)),
             ScalarValue::Float64(Some(f)) => StatValue::Float(*f),
             ScalarValue::Decimal128(Some(d), _, _) => StatValue::Str(d.to_string()),
+            ScalarValue::Decimal256(Some(d), _, _) => StatValue::Str(d.to_string()),
             ScalarValue::TimestampMicrosecond(Some(t), _)
             | ScalarValue::Time64Microsecond(Some(t)) => StatValue::Int(*t),
             ScalarValue::Utf8(Some(s))
@@ -536,6 +554,11 @@ impl StatValue {
                 | ColumnType::Char { .. },
                 StatValue::Str(s),
             ) => ScalarValue::Utf8(Some(s.clone())),
+            (ColumnType::Decimal { precision, scale }, StatValue::Str(s))
+                if precision > DECIMAL128_MAX_PRECISION =>
+            {
+                ScalarValue::Decimal256(Some(s.parse().ok()?), precision, scale)
+            }
             (ColumnType::Decimal { precision, scale }, StatValue::Str(s)) => {
                 ScalarValue::Decimal128(Some(s.parse().ok()?), precision, scale)
             }

@@ -60,8 +60,9 @@ fn version_path(dir: &str, version: u64) -> Path {
     Path::from(format!("{dir}/_delta_log/{version:020}.json"))
 }
 
-/// The Delta type of a column; `None` for TIME, which Delta has no type for (a table with
-/// one gets no Delta log: other engines cannot read it through Delta).
+/// The Delta type of a column; `None` for TIME and NUMERIC of more than 38 digits, which
+/// Delta has no type for (a table with one gets no Delta log: other engines cannot read it
+/// through Delta).
 fn delta_type(ty: ColumnType) -> Option<String> {
     Some(match ty {
         ColumnType::Boolean => "boolean".into(),
@@ -78,6 +79,12 @@ fn delta_type(ty: ColumnType) -> Option<String> {
         | ColumnType::Json
         | ColumnType::Jsonb => "string".into(),
         ColumnType::Date32 => "date".into(),
+        // Delta's decimals end at 38 digits: a wider NUMERIC gets no Delta log, as TIME.
+        ColumnType::Decimal { precision, .. }
+            if precision > crate::catalog::DECIMAL128_MAX_PRECISION =>
+        {
+            return None;
+        }
         ColumnType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
         // Delta's `timestamp` is an instant (UTC microseconds), `timestamp_ntz` a local one.
         ColumnType::TimestampTz => "timestamp".into(),

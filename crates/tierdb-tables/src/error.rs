@@ -65,6 +65,11 @@ pub enum TableError {
     #[error("{message}")]
     Column { code: &'static str, message: String },
 
+    /// A constraint violated by a write (23505, 23502), with PostgreSQL's separate fields;
+    /// nothing was written.
+    #[error("{0}")]
+    Violation(Box<crate::violation::Violation>),
+
     /// A statement that the transaction state does not allow (SQLSTATE `code`).
     #[error("{message}")]
     Transaction { code: &'static str, message: String },
@@ -92,6 +97,7 @@ impl TableError {
             TableError::Io(_) => ErrorKind::Retry,
             TableError::Conflict(_) => ErrorKind::Conflict,
             TableError::Transaction { .. }
+            | TableError::Violation(_)
             | TableError::Column { .. }
             | TableError::Unsupported(_)
             | TableError::ValueTooLong { .. } => ErrorKind::Input,
@@ -109,6 +115,7 @@ impl TableError {
             TableError::Import(_) => "22000",       // data_exception
             TableError::DataFusion(e) => datafusion_sqlstate(e),
             TableError::Transaction { code, .. } | TableError::Column { code, .. } => code,
+            TableError::Violation(v) => v.code,
             TableError::Unsupported(_) => "0A000", // feature_not_supported
             TableError::ValueTooLong { .. } => "22001", // string_data_right_truncation
             _ => match self.kind() {
@@ -140,6 +147,14 @@ impl TableError {
                     DataFusionError::Context(_, inner) => e = inner.as_ref(),
                     // The planner's refusal without "type_coercion caused by Error during
                     // planning: " around it: the words say what is wrong.
+                    DataFusionError::Plan(m)
+                        if m.contains("should satisfy `0 < precision <= 76`") =>
+                    {
+                        return format!(
+                            "{m} (tierdb stores NUMERIC(p,s) with p from 1 to 76 and s from 0 \
+                             to p; declare the column within those)"
+                        );
+                    }
                     DataFusionError::Plan(m) => return m.clone(),
                     // PostgreSQL's words for 53200, then what ran out and how to give more.
                     DataFusionError::ResourcesExhausted(m) => {
@@ -320,6 +335,27 @@ impl From<TableError> for DataFusionError {
 
 /// The SQLSTATE for any error a statement can end with (a tierdb or DataFusion error, or
 /// another error; those are internal): what `tierdb serve` answers.
+/// The constraint violation inside `e`, wherever DataFusion carried it (an error raised
+/// under a plan reaches the server wrapped in External, Shared or Context).
+pub fn violation_of<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a crate::violation::Violation> {
+    let mut d = match e.downcast_ref::<TableError>() {
+        Some(TableError::Violation(v)) => return Some(v),
+        Some(TableError::DataFusion(d)) => d,
+        Some(_) => return None,
+        None => e.downcast_ref::<DataFusionError>()?,
+    };
+    loop {
+        match d {
+            DataFusionError::External(b) => return violation_of(b.as_ref()),
+            DataFusionError::Shared(s) => d = s.as_ref(),
+            DataFusionError::Context(_, inner) => d = inner.as_ref(),
+            _ => return None,
+        }
+    }
+}
+
 pub fn sqlstate_of(e: &(dyn std::error::Error + 'static)) -> &'static str {
     if let Some(t) = e.downcast_ref::<TableError>() {
         return t.sqlstate();

@@ -4,7 +4,7 @@
 
 use crate::catalog::{ColumnType, Retired, SegmentMeta, TableDef, decode};
 
-pub(crate) const TYPES: [ColumnType; 16] = [
+pub(crate) const TYPES: [ColumnType; 17] = [
     ColumnType::Boolean,
     ColumnType::Int16,
     ColumnType::Int32,
@@ -26,6 +26,10 @@ pub(crate) const TYPES: [ColumnType; 16] = [
     ColumnType::Decimal {
         precision: 38,
         scale: 0,
+    },
+    ColumnType::Decimal {
+        precision: 65,
+        scale: 30,
     },
 ];
 
@@ -134,6 +138,11 @@ pub fn row_value_seeds() -> Vec<Vec<u8>> {
             S::Date32(Some(-719_162)),
             S::Decimal128(Some(-9_999_999_999), 10, 2),
             S::Decimal128(Some(i128::MAX / 2), 38, 0),
+            S::Decimal256(
+                Some(datafusion::arrow::datatypes::i256::from_parts(7, i128::MIN / 3)),
+                65,
+                30,
+            ),
         ],
         def.columns
             .iter()

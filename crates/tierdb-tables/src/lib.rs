@@ -65,6 +65,7 @@ pub mod txn;
 pub mod unknowntext;
 pub mod viewdeps;
 pub mod views;
+pub mod violation;
 pub mod write;
 
 pub use error::{Result, TableError};

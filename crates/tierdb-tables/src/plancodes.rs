@@ -24,6 +24,9 @@ const RULES: &[(&str, &str)] = &[
     ("Table not found", "42P01"),
     ("failed to resolve schema", "42P01"),
     ("failed to resolve catalog", "42P01"),
+    // NUMERIC(p,s) wider than Decimal256 (PostgreSQL takes up to 1000 digits, and a scale
+    // above the precision): feature_not_supported.
+    ("should satisfy `0 < precision <= 76`", "0A000"),
     // Parameters: undefined_parameter.
     ("placeholder", "42P02"),
     // A configuration name nobody knows: undefined_object.
@@ -129,6 +132,10 @@ mod tests {
                 "42883",
             ),
             ("column \"a\" specified more than once", "42701"),
+            (
+                "Decimal(precision = 100, scale = 2) should satisfy `0 < precision <= 76`, and `scale <= precision`.",
+                "0A000",
+            ),
             ("WITH query name \"x\" specified more than once", "42712"),
             (
                 "Order by column out of bounds, specified: 3, max: 1",

@@ -245,14 +245,9 @@ pub(crate) fn conform(
             cast(array, field.data_type())?
         };
         if !c.nullable && array.null_count() > 0 {
-            return Err(TableError::Column {
-                code: "23502",
-                message: format!(
-                    "null value in column \"{}\" of relation \"{}\" violates not-null \
-                     constraint",
-                    c.name, def.name
-                ),
-            });
+            return Err(TableError::Violation(Box::new(crate::violation::not_null(
+                def, &c.name,
+            ))));
         }
         columns.push(match c.ty {
             ColumnType::Varchar { len } => check_length(array, &c.name, c.ty, len, false)?,

@@ -5,14 +5,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder,
-    Float64Builder, Int16Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
-    Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
+    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Decimal256Builder,
+    Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder, RecordBatch,
+    StringBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::compute::kernels::cast_utils::parse_decimal;
-use datafusion::arrow::datatypes::Decimal128Type;
+use datafusion::arrow::datatypes::{
+    ArrowNativeType, ArrowNativeTypeOp, Decimal128Type, Decimal256Type, DecimalType, i256,
+};
 
-use crate::catalog::{ColumnType, TableDef};
+use crate::catalog::{ColumnType, DECIMAL128_MAX_PRECISION, TableDef};
 use crate::error::Result;
 
 use super::{COPY_NULL, Chunk, Format, Rejects};
@@ -31,6 +33,8 @@ enum Value<'a> {
     Owned(String),
     Date(i32),
     Dec(i128),
+    /// NUMERIC of more than 38 digits.
+    WideDec(i256),
     /// Microseconds since the epoch.
     Ts(i64),
     /// Microseconds since midnight.
@@ -52,6 +56,8 @@ enum Col {
     Typed(StringBuilder, ColumnType),
     Date(Date32Builder),
     Dec(Decimal128Builder, u8, i8),
+    /// NUMERIC of more than 38 digits.
+    WideDec(Decimal256Builder, u8, i8),
     /// Timestamps: with a time zone (an instant) or without.
     Ts(TimestampMicrosecondBuilder, bool),
     Time(Time64MicrosecondBuilder),
@@ -84,6 +90,14 @@ impl Col {
             ColumnType::Time => Col::Time(Time64MicrosecondBuilder::with_capacity(n)),
             ColumnType::Binary => Col::Bin(BinaryBuilder::with_capacity(n, n * 16)),
             ColumnType::Date32 => Col::Date(Date32Builder::with_capacity(n)),
+            ColumnType::Decimal { precision, scale } if precision > DECIMAL128_MAX_PRECISION => {
+                Col::WideDec(
+                    Decimal256Builder::with_capacity(n)
+                        .with_precision_and_scale(precision, scale)?,
+                    precision,
+                    scale,
+                )
+            }
             ColumnType::Decimal { precision, scale } => Col::Dec(
                 Decimal128Builder::with_capacity(n).with_precision_and_scale(precision, scale)?,
                 precision,
@@ -136,11 +150,16 @@ impl Col {
                     .map_err(|_| format!("{s:?} is out of range"))?;
                 Value::Date(days)
             }
-            Col::Dec(_, p, sc) => {
-                Value::Dec(parse_decimal_rounded(t, *p, *sc).ok_or_else(|| {
+            Col::Dec(_, p, sc) => Value::Dec(
+                parse_decimal_rounded::<Decimal128Type>(t, *p, *sc).ok_or_else(|| {
                     format!("{s:?} is not a DECIMAL({p},{sc}) (or is out of its range)")
-                })?)
-            }
+                })?,
+            ),
+            Col::WideDec(_, p, sc) => Value::WideDec(
+                parse_decimal_rounded::<Decimal256Type>(t, *p, *sc).ok_or_else(|| {
+                    format!("{s:?} is not a DECIMAL({p},{sc}) (or is out of its range)")
+                })?,
+            ),
         })
     }
 
@@ -157,6 +176,7 @@ impl Col {
             (Col::Typed(b, _), Value::Owned(x)) => b.append_value(x),
             (Col::Date(b), Value::Date(x)) => b.append_value(*x),
             (Col::Dec(b, _, _), Value::Dec(x)) => b.append_value(*x),
+            (Col::WideDec(b, _, _), Value::WideDec(x)) => b.append_value(*x),
             (Col::Ts(b, _), Value::Ts(x)) => b.append_value(*x),
             (Col::Time(b), Value::Time(x)) => b.append_value(*x),
             (Col::Bin(b), Value::Bin(x)) => b.append_value(x),
@@ -169,6 +189,7 @@ impl Col {
             (Col::Str(b, _) | Col::Typed(b, _), _) => b.append_null(),
             (Col::Date(b), _) => b.append_null(),
             (Col::Dec(b, _, _), _) => b.append_null(),
+            (Col::WideDec(b, _, _), _) => b.append_null(),
             (Col::Ts(b, _), _) => b.append_null(),
             (Col::Time(b), _) => b.append_null(),
             (Col::Bin(b), _) => b.append_null(),
@@ -186,6 +207,7 @@ impl Col {
             Col::Str(b, _) | Col::Typed(b, _) => Arc::new(b.finish()),
             Col::Date(b) => Arc::new(b.finish()),
             Col::Dec(b, _, _) => Arc::new(b.finish()),
+            Col::WideDec(b, _, _) => Arc::new(b.finish()),
             Col::Ts(b, _) => Arc::new(b.finish()),
             Col::Time(b) => Arc::new(b.finish()),
             Col::Bin(b) => Arc::new(b.finish()),
@@ -284,34 +306,57 @@ pub(super) fn parse_chunk(
 
 /// Parses a decimal literal into DECIMAL(`precision`, `scale`), rounding digits past the
 /// scale half away from zero, as PostgreSQL and `INSERT` do (0.129 -> 0.13, -1.005 -> -1.01),
-/// never truncating. `None` if it is not a number or does not fit the precision.
-fn parse_decimal_rounded(text: &str, precision: u8, scale: i8) -> Option<i128> {
+/// never truncating. `None` if it is not a number or does not fit the precision. `T` is
+/// Decimal128Type up to 38 digits, Decimal256Type beyond.
+fn parse_decimal_rounded<T: DecimalType>(
+    text: &str,
+    precision: u8,
+    scale: i8,
+) -> Option<T::Native> {
     let (mantissa, exponent) = match text.find(['e', 'E']) {
         Some(at) => (&text[..at], text[at + 1..].parse::<i32>().ok()?),
         None => (text, 0),
     };
     // Arrow's parser overflows (a panic in debug builds) on exponents past i16 / 10; no
-    // DECIMAL(38) value needs one beyond 1000 (found by the copy_text fuzz target).
+    // DECIMAL(76) value needs one beyond 1000 (found by the copy_text fuzz target).
     if exponent.unsigned_abs() > 1000 {
         return None;
     }
     let fraction_digits = mantissa.split_once('.').map_or(0, |(_, f)| f.len() as i32);
     let excess = fraction_digits - exponent - i32::from(scale);
     if excess <= 0 || scale < 0 {
-        return parse_decimal::<Decimal128Type>(text, precision, scale).ok();
+        return parse_decimal::<T>(text, precision, scale).ok();
     }
-    // Parse exactly at the literal's own scale (at most 38 digits), then round to `scale`.
+    // Parse exactly at the literal's own scale (at most T's digits), then round to `scale`.
     let wide_scale = i8::try_from(i32::from(scale) + excess).ok()?;
-    let wide = parse_decimal::<Decimal128Type>(text, 38, wide_scale).ok()?;
-    let divisor = 10i128.checked_pow(u32::try_from(excess).ok()?)?;
-    let (quotient, remainder) = (wide / divisor, wide % divisor);
-    let rounded = if remainder.unsigned_abs() * 2 >= divisor.unsigned_abs() {
-        quotient + wide.signum()
+    let wide = parse_decimal::<T>(text, T::MAX_PRECISION, wide_scale).ok()?;
+    let ten = T::Native::usize_as(10);
+    let divisor = ten.pow_checked(u32::try_from(excess).ok()?).ok()?;
+    let quotient = wide.div_wrapping(divisor);
+    let remainder = wide.mod_wrapping(divisor);
+    let negative = wide.is_lt(T::Native::ZERO);
+    let remainder = if negative {
+        remainder.neg_wrapping()
+    } else {
+        remainder
+    };
+    // remainder >= divisor / 2, without doubling past the type's range.
+    let rounded = if remainder.is_ge(divisor.sub_wrapping(remainder)) {
+        if negative {
+            quotient.sub_wrapping(T::Native::ONE)
+        } else {
+            quotient.add_wrapping(T::Native::ONE)
+        }
     } else {
         quotient
     };
-    let limit = 10i128.checked_pow(u32::from(precision))?;
-    (rounded.abs() < limit).then_some(rounded)
+    let limit = ten.pow_checked(u32::from(precision)).ok()?;
+    let magnitude = if rounded.is_lt(T::Native::ZERO) {
+        rounded.neg_wrapping()
+    } else {
+        rounded
+    };
+    magnitude.is_lt(limit).then_some(rounded)
 }
 
 /// The field decoders of every column type over the records of `data`, read as the import
@@ -358,9 +403,35 @@ pub(crate) fn decode_all_types(data: &[u8]) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::datatypes::{Decimal128Type, Decimal256Type, i256};
+
+    #[test]
+    fn wide_decimals_parse_and_round_as_narrow_ones() {
+        let p = |t: &str| super::parse_decimal_rounded::<Decimal256Type>(t, 65, 30);
+        let v = |s: &str| Some(i256::from_string(s).unwrap());
+        assert_eq!(
+            p("123456789012345678901234567890.123456789012345678901234567890"),
+            v("123456789012345678901234567890123456789012345678901234567890")
+        );
+        assert_eq!(p("1.5"), v(&format!("15{}", "0".repeat(29))));
+        assert_eq!(
+            p(&format!("-0.{}5", "0".repeat(30))),
+            v("-1"),
+            "half away from zero"
+        );
+        assert_eq!(p(&format!("0.{}49", "0".repeat(30))), v("0"));
+        assert_eq!(
+            p(&format!("1{}", "0".repeat(35))),
+            None,
+            "36 digits before the point"
+        );
+        assert_eq!(p("1e99999"), None);
+        assert_eq!(p("x"), None);
+    }
+
     #[test]
     fn decimals_round_half_away_from_zero_never_truncate() {
-        let p = |t| super::parse_decimal_rounded(t, 12, 2);
+        let p = |t| super::parse_decimal_rounded::<Decimal128Type>(t, 12, 2);
         // Exponents Arrow's parser would overflow on are refused, not a panic.
         assert_eq!(p("1e99999"), None);
         assert_eq!(p("1e-4000"), None);

@@ -6,7 +6,7 @@
 //! | 1 | [`ROW_FORMAT_VERSION`] (1) |
 //! | 2 | column count `n`, u16 little-endian |
 //! | ⌈n/8⌉ | NULL bitmap: bit `i % 8` of byte `i / 8` set when column `i` is NULL |
-//! | … | each non-NULL column in order: BOOLEAN 1 byte; SMALLINT 2, INT and DATE 4, BIGINT, TIMESTAMP(TZ) and TIME 8 (µs; TIME since midnight), REAL 4, DOUBLE 8 (IEEE bits), DECIMAL 16 (unscaled i128): all little-endian; TEXT, VARCHAR, CHAR, UUID, JSON, JSONB (their canonical text) and BYTEA a u32 little-endian length, then the bytes |
+//! | … | each non-NULL column in order: BOOLEAN 1 byte; SMALLINT 2, INT and DATE 4, BIGINT, TIMESTAMP(TZ) and TIME 8 (µs; TIME since midnight), REAL 4, DOUBLE 8 (IEEE bits), NUMERIC(p,s) 16 (unscaled i128) up to p = 38 and 32 (unscaled i256) from p = 39: all little-endian; TEXT, VARCHAR, CHAR, UUID, JSON, JSONB (their canonical text) and BYTEA a u32 little-endian length, then the bytes |
 //!
 //! Invariants:
 //!
@@ -22,10 +22,10 @@
 //!    (SlateDB checksums its blocks, so a flipped byte is caught before this point.)
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{SchemaRef, i256};
 use datafusion::common::ScalarValue;
 
-use crate::catalog::{ColumnType, TableDef, UTC};
+use crate::catalog::{ColumnType, DECIMAL128_MAX_PRECISION, TableDef, UTC};
 use crate::error::{Result, TableError};
 
 /// The version byte every row value starts with.
@@ -63,6 +63,7 @@ fn encode_value(out: &mut Vec<u8>, ty: ColumnType, v: &ScalarValue) -> Result<()
         ScalarValue::Float32(Some(f)) => out.extend_from_slice(&f.to_bits().to_le_bytes()),
         ScalarValue::Float64(Some(f)) => out.extend_from_slice(&f.to_bits().to_le_bytes()),
         ScalarValue::Decimal128(Some(i), _, _) => out.extend_from_slice(&i.to_le_bytes()),
+        ScalarValue::Decimal256(Some(i), _, _) => out.extend_from_slice(&i.to_le_bytes()),
         ScalarValue::Utf8(Some(s)) => {
             out.extend_from_slice(&(s.len() as u32).to_le_bytes());
             out.extend_from_slice(s.as_bytes());
@@ -188,6 +189,9 @@ fn decode_value(r: &mut Reader<'_>, ty: ColumnType) -> std::result::Result<Scala
         }
         ColumnType::Float64 => {
             ScalarValue::Float64(Some(f64::from_bits(u64::from_le_bytes(r.array()?))))
+        }
+        ColumnType::Decimal { precision, scale } if precision > DECIMAL128_MAX_PRECISION => {
+            ScalarValue::Decimal256(Some(i256::from_le_bytes(r.array()?)), precision, scale)
         }
         ColumnType::Decimal { precision, scale } => {
             ScalarValue::Decimal128(Some(i128::from_le_bytes(r.array()?)), precision, scale)
@@ -345,6 +349,37 @@ mod tests {
         assert_eq!(hex(&out), "20f1d98908000000");
         let mut r = Reader { buf: &out, at: 0 };
         assert_eq!(decode_value(&mut r, ColumnType::Time).unwrap(), v);
+    }
+
+    #[test]
+    fn numeric_is_sixteen_bytes_up_to_precision_38_and_thirty_two_beyond() {
+        let narrow = ColumnType::Decimal {
+            precision: 10,
+            scale: 2,
+        };
+        let v = ScalarValue::Decimal128(Some(-150), 10, 2);
+        let mut out = Vec::new();
+        encode_value(&mut out, narrow, &v).unwrap();
+        assert_eq!(hex(&out), "6affffffffffffffffffffffffffffff");
+        let mut r = Reader { buf: &out, at: 0 };
+        assert_eq!(decode_value(&mut r, narrow).unwrap(), v);
+
+        let wide = ColumnType::Decimal {
+            precision: 65,
+            scale: 30,
+        };
+        let v = ScalarValue::Decimal256(Some(i256::from_i128(-150)), 65, 30);
+        let mut out = Vec::new();
+        encode_value(&mut out, wide, &v).unwrap();
+        assert_eq!(hex(&out), format!("6a{}", "ff".repeat(31)));
+        let mut r = Reader { buf: &out, at: 0 };
+        assert_eq!(decode_value(&mut r, wide).unwrap(), v);
+        // Cut short: an error, never a value.
+        let mut r = Reader {
+            buf: &out[..20],
+            at: 0,
+        };
+        assert!(decode_value(&mut r, wide).is_err());
     }
 
     #[test]

@@ -158,21 +158,18 @@ pub(crate) async fn check_unique(
     tables.row_state().lock(id, &prefix, &def.name).await?;
     writes.lock().note_locked(&prefix);
     if other_entry(tables, writes, &prefix, key).await? {
-        let names = index.columns.join(", ");
-        let vals: Vec<String> = index
+        let names: Vec<&str> = index.columns.iter().map(String::as_str).collect();
+        let vals: Vec<&ScalarValue> = index
             .columns
             .iter()
-            .filter_map(|c| def.column_index(c).map(|i| values[i].to_string()))
+            .filter_map(|c| def.column_index(c).map(|i| &values[i]))
             .collect();
-        return Err(TableError::Column {
-            code: "23505",
-            message: format!(
-                "duplicate key value violates unique constraint \"{}\": Key ({names})=({}) \
-                 already exists.",
-                index.name,
-                vals.join(", ")
-            ),
-        });
+        return Err(TableError::Violation(Box::new(crate::violation::unique(
+            def,
+            &index.name,
+            &names,
+            &vals,
+        ))));
     }
     Ok(())
 }

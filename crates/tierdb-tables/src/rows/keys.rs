@@ -10,7 +10,7 @@
 //! | BOOLEAN | `0x00` false, `0x01` true |
 //! | SMALLINT, INT, BIGINT, DATE, TIMESTAMP(TZ) | big-endian two's complement with the sign bit flipped (2, 4 or 8 bytes; DATE 4, timestamps 8: microseconds) |
 //! | REAL, DOUBLE | IEEE bits big-endian; negative: every bit flipped, else the sign bit flipped; -0 is written as 0, every NaN as one NaN (above +inf, as PostgreSQL sorts it) |
-//! | DECIMAL(p,s) | the unscaled i128, big-endian, sign bit flipped (one scale per column) |
+//! | NUMERIC(p,s) | the unscaled integer, big-endian, sign bit flipped (one scale per column): 16 bytes (i128) up to p = 38, 32 (i256) from p = 39 |
 //! | TEXT, VARCHAR, CHAR, BYTEA | the bytes with each `0x00` written `0x00 0xFF`, then `0x00 0x00` |
 //!
 //! Decoding is never needed: a row's value holds every column (`format.rs`).
@@ -88,6 +88,12 @@ pub(crate) fn encode(
         ScalarValue::Decimal128(Some(i), _, _) => {
             out.extend_from_slice(&((i as u128) ^ (1 << 127)).to_be_bytes())
         }
+        ScalarValue::Decimal256(Some(i), _, _) => {
+            // Two's complement, big-endian, sign bit flipped: orders as the numbers do.
+            let mut be = i.to_be_bytes();
+            be[0] ^= 0x80;
+            out.extend_from_slice(&be)
+        }
         ScalarValue::Utf8(Some(s)) => bytes(out, s.as_bytes()),
         ScalarValue::Binary(Some(b)) => bytes(out, &b),
         other => {
@@ -160,6 +166,15 @@ mod tests {
             let ty = ColumnType::Decimal { precision: 38, scale: 2 };
             let d = |v: i64| enc(ty, ScalarValue::Decimal128(Some(v as i128 * 1000), 38, 2));
             prop_assert_eq!(a.cmp(&b), d(a).cmp(&d(b)));
+        }
+
+        #[test]
+        fn wide_decimals_keep_their_order(a in any::<(i128, u128)>(), b in any::<(i128, u128)>()) {
+            use datafusion::arrow::datatypes::i256;
+            let ty = ColumnType::Decimal { precision: 65, scale: 30 };
+            let v = |(high, low): (i128, u128)| i256::from_parts(low, high);
+            let d = |x: i256| enc(ty, ScalarValue::Decimal256(Some(x), 65, 30));
+            prop_assert_eq!(v(a).cmp(&v(b)), d(v(a)).cmp(&d(v(b))));
         }
     }
 

@@ -111,13 +111,7 @@ pub(crate) fn row_key(def: &TableDef, key_cols: &[usize], values: &[ScalarValue]
 }
 
 pub(crate) fn not_null(def: &TableDef, column: &str) -> TableError {
-    TableError::Column {
-        code: "23502",
-        message: format!(
-            "null value in column \"{column}\" of relation \"{}\" violates not-null constraint",
-            def.name
-        ),
-    }
+    TableError::Violation(Box::new(crate::violation::not_null(def, column)))
 }
 
 /// The values of row `row` of `batch`.
@@ -218,16 +212,11 @@ pub(crate) fn duplicate(def: &TableDef, key_cols: &[usize], values: &[ScalarValu
         .iter()
         .map(|&i| def.columns[i].name.as_str())
         .collect();
-    let vals: Vec<String> = key_cols.iter().map(|&i| values[i].to_string()).collect();
-    TableError::Column {
-        code: "23505",
-        message: format!(
-            "duplicate key value violates unique constraint \"{}_pkey\": Key ({})=({}) already exists.",
-            def.name,
-            names.join(", "),
-            vals.join(", ")
-        ),
-    }
+    let vals: Vec<&ScalarValue> = key_cols.iter().map(|&i| &values[i]).collect();
+    let name = crate::violation::primary_key_name(def);
+    TableError::Violation(Box::new(crate::violation::unique(
+        def, &name, &names, &vals,
+    )))
 }
 
 /// Commits `writes` alone (a statement outside a transaction, or a transaction that wrote
