@@ -6,6 +6,7 @@ during COMMIT (all of the transaction or none), TLS, and VACUUM.
 Needs the `tierdb` binary (TIERDB_BIN, else the debug build in CARGO_TARGET_DIR) and the
 drivers (scripts/python-env.sh installs them)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -284,7 +285,8 @@ def test_sigkill_during_a_row_commit_keeps_rows_index_and_sequence_whole(db, tmp
     """A transaction that inserts (drawing from a SERIAL's sequence), updates an indexed
     column and deletes rows of a row table, killed at a pause point before or after its one
     KV commit: after a restart the rows are all before or all after, every index lookup
-    agrees with a scan, and the sequence never hands out the value drawn before the kill."""
+    agrees with a scan, `tierdb verify` finds rows and index entries agreeing, and the
+    sequence never hands out the value drawn before the kill."""
     import psycopg
     tierdb("sql", db, "-c", "CREATE TABLE r (id SERIAL, k INT NOT NULL, PRIMARY KEY (id)); "
                             "CREATE INDEX r_k ON r (k); CREATE TABLE side (n INT)")
@@ -311,6 +313,11 @@ def test_sigkill_during_a_row_commit_keeps_rows_index_and_sequence_whole(db, tmp
         assert rows(f"SELECT id FROM r WHERE k = {k} ORDER BY id") == \
             rows(f"SELECT id FROM r WHERE k + 0 = {k} ORDER BY id"), k
     assert rows("SELECT nextval('r_id_seq') AS n")[0][0] > drawn
+    # Every row has its index entries and every entry names its row (`tierdb verify`).
+    report = json.loads(tierdb("verify", db, "--format", "json").stdout)
+    assert report["problems"] == 0, report
+    assert [(t["table"], t["rows"], [i["entries"] for i in t["indexes"]]) for t in report["tables"]] == \
+        [("r", len(expect), [len(expect)])]
     if pause.startswith("txn"):
         assert rows("SELECT count(*) AS n FROM side") == [(1 if committed else 0,)]
 

@@ -14,6 +14,7 @@ mod sql_cmd;
 mod stats;
 mod store_cmd;
 mod vacuum_cmd;
+mod verify_cmd;
 mod warm_cmd;
 mod worker_cmd;
 mod zodb_cmd;
@@ -74,6 +75,10 @@ enum Command {
     /// INSERT OVERWRITE, dropped, or never committed) once no reader can still use them;
     /// --dry-run lists them.
     Vacuum(vacuum_cmd::VacuumArgs),
+    /// Check that every row table's rows and index entries agree (each row decodes under
+    /// its key and has its entry in every index; each entry names a row with its values;
+    /// UNIQUE holds). Read-only: runs beside a live writer. Exit status 6 if damaged.
+    Verify(verify_cmd::VerifyArgs),
     /// Show a database's format, size, LSM levels and cache statistics (read-only: it does
     /// not disturb a running writer).
     Info {
@@ -133,6 +138,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run_serve(args).await,
             Command::Worker(args) => worker_cmd::run_worker(args).await,
             Command::Vacuum(args) => vacuum_cmd::run_vacuum(args).await,
+            Command::Verify(args) => verify_cmd::run_verify(args).await,
             Command::Info { db, format, tiers } => kv_cmd::run_info(db, format, tiers).await,
             Command::Clone { src, dst, tiers } => kv_cmd::run_clone(src, dst, tiers).await,
             Command::Warm(args) => warm_cmd::run_warm(args).await,

@@ -139,7 +139,10 @@ pub fn row_value_seeds() -> Vec<Vec<u8>> {
             S::Decimal128(Some(-9_999_999_999), 10, 2),
             S::Decimal128(Some(i128::MAX / 2), 38, 0),
             S::Decimal256(
-                Some(datafusion::arrow::datatypes::i256::from_parts(7, i128::MIN / 3)),
+                Some(datafusion::arrow::datatypes::i256::from_parts(
+                    7,
+                    i128::MIN / 3,
+                )),
                 65,
                 30,
             ),

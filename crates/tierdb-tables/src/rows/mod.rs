@@ -22,6 +22,7 @@
 //! - [`retype`]: ALTER COLUMN … TYPE: the rows and index entries encoded again.
 //! - [`sequence`]: sequences (SERIAL, nextval), reserved in durable blocks.
 //! - [`upsert`]: `INSERT … ON CONFLICT`: arbiters, skipped and updated rows.
+//! - [`verify`]: `tierdb verify`: rows and index entries agree.
 //!
 //! Invariants:
 //!
@@ -49,6 +50,7 @@ pub(crate) mod retype;
 pub mod sequence;
 pub(crate) mod txn;
 pub(crate) mod upsert;
+pub mod verify;
 
 use std::ops::Bound;
 use std::sync::Arc;
