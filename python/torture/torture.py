@@ -29,6 +29,12 @@ Scenarios (local directory unless --s3 names a MinIO bucket URL):
       a write-back stream with a 16 MiB log budget on a 4 MiB device while MinIO is paused, so
       the log's device fills (ENOSPC); commits fall back to direct puts or fail with a clear
       error; SIGKILLed later, every acknowledged batch must be there.
+  kill9-rows (needs pgbench and psql from postgresql-15's client)
+      `tierdb serve` on row tables (pgbench -i, scale 1) running pgbench tpcb-like with 4
+      clients, SIGKILLed after 1 to 6 s, then restarted: the balances of accounts, tellers,
+      branches and history must agree (each transaction moved one delta through all four),
+      history must hold every transaction pgbench counted as done, and `tierdb verify` must
+      find every row with its index entries and every entry with its row.
   flip-wblog (needs --s3 and --minio-pid: the MinIO process to pause)
       a write-back stream whose uploads are held back by pausing MinIO (SIGSTOP), SIGKILLed;
       one byte flipped in a record that has valid records after it; the next open must refuse
@@ -43,6 +49,7 @@ import json
 import os
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,6 +61,8 @@ from pathlib import Path
 
 ROWS = 20
 HANG_S = 60
+PGBENCH = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
+PSQL = shutil.which("psql") or "/usr/lib/postgresql/15/bin/psql"
 
 
 class Outcome:
@@ -418,6 +427,104 @@ class Torture:
             subprocess.run(["umount", "-l", str(dev)])
         return True
 
+    # -- row tables under pgbench ----------------------------------------------------------
+
+    def serve(self, db, port):
+        log = open(self.work / f"serve-{port}.log", "ab")
+        p = subprocess.Popen([self.bin, "serve", db, "--listen", f"127.0.0.1:{port}"],
+                             stdout=log, stderr=log, env=dict(os.environ, TIERDB_PASSWORD="pw"))
+        deadline = time.time() + HANG_S
+        while time.time() < deadline and p.poll() is None:
+            if self.psql(port, "SELECT 1")[0] == 0:
+                return p
+            time.sleep(0.2)
+        p.kill()
+        return None
+
+    @staticmethod
+    def psql(port, sql):
+        q = subprocess.run([PSQL, "-h", "127.0.0.1", "-p", str(port), "-U", "tierdb", "-Atc", sql],
+                           capture_output=True, text=True, timeout=HANG_S,
+                           env=dict(os.environ, PGPASSWORD="pw"))
+        return q.returncode, q.stdout.strip(), q.stderr
+
+    @staticmethod
+    def free_port():
+        import socket
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    def rows_kill9(self, o, state):
+        if not (os.path.exists(PGBENCH) and os.path.exists(PSQL)):
+            return False
+        env = dict(os.environ, PGPASSWORD="pw")
+        port = self.free_port()
+        db = state.get("rows-db")
+        if db is None:
+            db = str(self.work / f"rows-{uuid.uuid4().hex[:8]}")
+            self.run("sql", db, "--create", "-c", "SELECT 1")
+            server = self.serve(db, port)
+            if server is None:
+                o.add(hangs=1)
+                return
+            init = subprocess.run([PGBENCH, "-h", "127.0.0.1", "-p", str(port), "-U", "tierdb", "-i",
+                                   "-s", "1", "-q"], capture_output=True, text=True, env=env,
+                                  timeout=HANG_S * 10)
+            server.kill()
+            server.wait()
+            if init.returncode != 0:
+                o.notes.append(f"pgbench -i failed: {init.stderr.strip()[-300:]}")
+                return
+            state["rows-db"] = db
+        server = self.serve(db, port)
+        if server is None:
+            o.add(cycles=1, hangs=1)
+            o.notes.append("tierdb serve did not answer after a SIGKILL")
+            return
+        history_before = int(self.psql(port, "SELECT count(*) FROM pgbench_history")[1] or -1)
+        bench = subprocess.Popen([PGBENCH, "-h", "127.0.0.1", "-p", str(port), "-U", "tierdb", "-n",
+                                  "-c", "4", "-j", "2", "-T", "60", "-M", "prepared"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        time.sleep(self.rng.uniform(1, 6))
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+        try:
+            out, err = bench.communicate(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            bench.kill()
+            out, err = bench.communicate()
+            o.add(hangs=1)
+        done = 0
+        for line in out.splitlines():
+            if line.startswith("number of transactions actually processed:"):
+                done = int(line.split(":")[1].split("/")[0])
+        o.add(cycles=1, acked=done, panics=int(self.panicked(open(
+            self.work / f"serve-{port}.log", errors="replace").read())))
+        server = self.serve(db, port)
+        if server is None:
+            o.add(hangs=1)
+            o.notes.append("tierdb serve did not restart after a SIGKILL under pgbench")
+            return
+        try:
+            sums = [self.psql(port, f"SELECT coalesce(sum({c}), 0) FROM {t}")[1] for t, c in (
+                ("pgbench_accounts", "abalance"), ("pgbench_tellers", "tbalance"),
+                ("pgbench_branches", "bbalance"), ("pgbench_history", "delta"))]
+            history_after = int(self.psql(port, "SELECT count(*) FROM pgbench_history")[1] or -1)
+            rc, report, verr = self.run("verify", db, "--format", "json")
+        finally:
+            server.kill()
+            server.wait()
+        if len(set(sums)) != 1:
+            o.add(wrong=1)
+            o.notes.append(f"balances disagree after SIGKILL: {sums}")
+        if history_after < history_before + done:
+            o.add(lost=history_before + done - history_after)
+            o.notes.append(f"history {history_before} + {done} acknowledged, {history_after} after")
+        if rc != 0:
+            o.add(wrong=1)
+            o.notes.append(f"tierdb verify: {report.strip()[-300:]} {verr.strip()[-300:]}")
+
     def flip_wblog(self, o):
         if not (self.s3 and self.minio_pid):
             return False
@@ -470,7 +577,7 @@ def main():
     ap.add_argument("--scenarios", default="kill9-write-through,kill9-write-back,start-race,"
                                            "flip-segment,flip-manifest,flip-sst,flip-wblog,"
                                            "pause-write-through,pause-write-back,restart-write-through,"
-                                           "restart-write-back,full-device")
+                                           "restart-write-back,full-device,kill9-rows")
     args = ap.parse_args()
     if not os.path.exists(args.bin):
         sys.exit(f"error: {args.bin} not found; build it (cargo build) or pass --bin")
@@ -490,6 +597,7 @@ def main():
         "restart-write-through": lambda o: t.store_restart(o, "write-through"),
         "restart-write-back": lambda o: t.store_restart(o, "write-back"),
         "full-device": t.full_device,
+        "kill9-rows": lambda o: t.rows_kill9(o, state),
     }
     unknown = [n for n in names if n not in runners]
     if unknown:
@@ -507,7 +615,7 @@ def main():
             ran = runners[n](outcomes[n])
             if ran is False:
                 skipped.add(n)
-                print(f"  {n}: skipped (needs --s3 and --minio-pid)", flush=True)
+                print(f"  {n}: skipped (needs --s3 and --minio-pid, or pgbench and psql)", flush=True)
         done = sum(o.counts["cycles"] for o in outcomes.values())
         bad = sum(o.bad() for o in outcomes.values())
         print(f"  {time.time() - started:7.0f} s  {done} cycles  {bad} bad", flush=True)
