@@ -202,3 +202,51 @@ def test_own_ddl_after_own_writes_as_postgresql(ports, script):
     labels = statements + after
     for label, p, t in zip(labels, pg, tdb):
         assert t == p, f"{script}: {label}"
+
+
+# Another session's DDL, not yet committed. PostgreSQL makes the writer wait for it (it
+# holds the table's lock until its transaction ends); tierdb shows it at once, so a write
+# made against it must not commit: ROLLBACK would take the definition back from under the
+# rows (a row of three columns in a table of two read as damaged; rows put in a table whose
+# creation is undone went with it). The write fails with 40001 instead (ddlundo.rs
+# invariant 7) and, retried after the DDL's transaction ended, commits.
+OTHERS_DDL = {
+    "create": ("CREATE TABLE t2 (id INT PRIMARY KEY, v INT)", "INSERT INTO t2 VALUES (1, 1)"),
+    "add column": ("ALTER TABLE r ADD COLUMN x INT", "INSERT INTO r (k, v, x) VALUES (9, 'n', 5)"),
+    "add column, columnar": ("ALTER TABLE c ADD COLUMN z INT", "INSERT INTO c VALUES (9, 'n', 5)"),
+    "rename": ("ALTER TABLE r RENAME TO r2", "UPDATE r2 SET v = 'x' WHERE k = 1"),
+}
+
+
+@pytest.mark.parametrize("end", ["rollback", "commit"])
+@pytest.mark.parametrize("case", list(OTHERS_DDL))
+def test_a_write_against_another_sessions_uncommitted_ddl_does_not_commit(ports, case, end):
+    ddl, write = OTHERS_DDL[case]
+    with connect("tierdb", ports[1]) as a, connect("tierdb", ports[1]) as b:
+        a.execute("DROP TABLE IF EXISTS c, r, other, t2, r2")
+        for sql in SETUP:
+            a.execute(sql)
+        before = {t: answer(b, f"SELECT * FROM {t} ORDER BY 1", None) for t in ("c", "r")}
+        a.autocommit = False
+        a.execute(ddl)
+        assert answer(b, write, None) == ("error", "40001")
+        b.autocommit = False  # the same inside a transaction, at its COMMIT or before
+        try:
+            b.execute(write)
+            b.commit()
+            pytest.fail("committed against uncommitted DDL")
+        except psycopg.Error as e:
+            assert e.sqlstate == "40001", e
+        b.rollback()
+        b.autocommit = True
+        (a.rollback if end == "rollback" else a.commit)()
+        a.autocommit = True
+        # Nothing was lost or damaged, and the write now commits.
+        if end == "rollback":
+            assert {t: answer(b, f"SELECT * FROM {t} ORDER BY 1", None) for t in ("c", "r")} == before
+        else:
+            assert answer(b, write, None)[0] != "error"
+            for t in ("c", "r", "r2", "t2"):
+                if case.startswith(("create", "rename")) or t in ("c", "r"):
+                    got = answer(b, f"SELECT * FROM {t} ORDER BY 1", None)
+                    assert got[0] != "error" or got[1] == "42P01", (t, got)

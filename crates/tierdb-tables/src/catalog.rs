@@ -589,7 +589,7 @@ pub struct SegmentMeta {
     pub checksums: crate::checksum::BlockSums,
 }
 
-fn table_key(name: &str) -> Bytes {
+pub(crate) fn table_key(name: &str) -> Bytes {
     let mut k = BytesMut::with_capacity(TABLE_PREFIX.len() + name.len());
     k.put_slice(TABLE_PREFIX);
     k.put_slice(name.as_bytes());

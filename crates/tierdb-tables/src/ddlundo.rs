@@ -25,8 +25,18 @@
 //! 6. VACUUM keeps every file a record's before-image names, and the Delta log of every
 //!    table one names ([`held`]): a dropped table's segments can come back.
 //!
+//! 7. No other transaction commits writes to a table whose definition an open
+//!    transaction has changed (created, altered, renamed, …): its rows or segments would be
+//!    made for a definition that ROLLBACK then takes back (a row of three columns in a table
+//!    of two reads as damaged; rows in a table whose creation is undone go with it). Each
+//!    catalog key a transaction's DDL changes is noted in [`PendingDdl`] before its commit
+//!    and forgotten when the transaction ends; a commit writing such a table of another
+//!    transaction fails with 40001 and writes nothing ([`PendingDdl::check`]), so clients
+//!    retry once the DDL's transaction has ended.
+//!
 //! Not isolated: other sessions see a transaction's DDL as soon as its statement ends (as
 //! they would after COMMIT), not only after COMMIT; PostgreSQL makes them wait instead.
+//! Invariant 7 keeps that from losing their writes.
 //!
 //! The record (`Tu` + transaction id (u64 BE) + sequence number (u64 BE)):
 //!
@@ -106,6 +116,60 @@ pub async fn recording<T>(recorder: Arc<Recorder>, work: impl Future<Output = T>
 /// The transaction whose catalog commits are recorded here, if any.
 fn current() -> Option<Arc<Recorder>> {
     RECORDING.try_with(Arc::clone).ok()
+}
+
+/// The catalog keys each open transaction's DDL has changed (invariant 7).
+#[derive(Debug, Default)]
+pub struct PendingDdl(parking_lot::Mutex<std::collections::HashMap<u64, HashSet<Bytes>>>);
+
+impl PendingDdl {
+    /// Notes the keys `batch` changes, if a transaction's statement is making it; before
+    /// the batch is committed, so no commit can come between it and the note.
+    pub(crate) fn note(&self, batch: &Batch) {
+        let Some(recorder) = current() else {
+            return;
+        };
+        let mut pending = self.0.lock();
+        let keys = pending.entry(recorder.txn).or_default();
+        for op in batch.ops() {
+            let (Op::Put(k, _) | Op::Delete(k)) = op;
+            if !catalog::is_unrecorded_key(k) && !k.starts_with(PREFIX) {
+                keys.insert(k.clone());
+            }
+        }
+    }
+
+    /// Forgets transaction `txn`'s keys: it committed or rolled back.
+    pub(crate) fn forget(&self, txn: u64) {
+        self.0.lock().remove(&txn);
+    }
+
+    /// Fails with 40001 if another transaction than `own` has an uncommitted change of the
+    /// definition of one of `tables` (invariant 7).
+    pub(crate) fn check<'a>(
+        &self,
+        tables: impl IntoIterator<Item = &'a str>,
+        own: Option<u64>,
+    ) -> Result<()> {
+        let pending = self.0.lock();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        for name in tables {
+            let key = catalog::table_key(name);
+            if pending
+                .iter()
+                .any(|(txn, keys)| Some(*txn) != own && keys.contains(&key))
+            {
+                return Err(TableError::Conflict(format!(
+                    "the definition of {name} was changed by another transaction that has not \
+                     ended (CREATE, ALTER, RENAME … inside BEGIN); nothing was committed, \
+                     retry once it has committed or rolled back"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One key's change, as a record keeps it.

@@ -56,6 +56,8 @@ pub struct Tables {
     /// Small-segment merges (`merge.rs`).
     merge: Arc<crate::merge::MergeState>,
     pub merge_policy: crate::merge::MergePolicy,
+    /// What open transactions' DDL has changed (`ddlundo.rs` invariant 7).
+    pub(crate) pending_ddl: crate::ddlundo::PendingDdl,
 }
 
 impl std::fmt::Debug for Tables {
@@ -92,6 +94,7 @@ impl Tables {
             ddl_generation: Default::default(),
             merge: Default::default(),
             merge_policy: Default::default(),
+            pending_ddl: Default::default(),
         }
     }
 
@@ -141,6 +144,7 @@ impl Tables {
         mut b: CatalogBatch,
     ) -> tierdb_kv::Result<u64> {
         crate::ddlundo::record(self.reader.as_ref(), &mut b.batch).await?;
+        self.pending_ddl.note(&b.batch);
         let defines = b.defines();
         self.commit_stamped(kv, b.stamped(), defines).await
     }
@@ -461,19 +465,21 @@ impl Tables {
     /// its outcome is unknown (the catalog commit itself failed: it may have taken effect)
     /// they are left in place, since the catalog may name them; callers never delete them.
     pub async fn commit_writes(&self, writes: Vec<PendingWrite>) -> Result<Vec<PendingWrite>> {
-        self.commit_writes_with(writes, tierdb_kv::Batch::new())
+        self.commit_writes_with(writes, tierdb_kv::Batch::new(), None)
             .await
     }
 
     /// [`Tables::commit_writes`], with `rows` (a transaction's row writes) in the same KV
     /// batch as the catalog changes.
+    /// `own_ddl` is the committing transaction's (its own DDL does not stop it).
     pub async fn commit_writes_with(
         &self,
         writes: Vec<PendingWrite>,
         rows: tierdb_kv::Batch,
+        own_ddl: Option<u64>,
     ) -> Result<Vec<PendingWrite>> {
         let all: Vec<SegmentMeta> = writes.iter().flat_map(|w| w.segments.clone()).collect();
-        match self.try_commit_writes(writes, rows).await {
+        match self.try_commit_writes(writes, rows, own_ddl).await {
             Ok(done) => Ok(done),
             Err(CommitFailure::NotCommitted(e)) => {
                 self.discard(&all).await;
@@ -495,11 +501,15 @@ impl Tables {
         &self,
         writes: Vec<PendingWrite>,
         rows: tierdb_kv::Batch,
+        own_ddl: Option<u64>,
     ) -> std::result::Result<Vec<PendingWrite>, CommitFailure> {
         let before = CommitFailure::NotCommitted;
         let mut writes = writes;
         let kv = self.kv_writer().map_err(before)?;
         let _guard = self.commit_lock.lock().await;
+        self.pending_ddl
+            .check(writes.iter().map(|w| w.table.name.as_str()), own_ddl)
+            .map_err(before)?;
         for w in writes.iter_mut() {
             match self.table_by_id(&w.table).await.map_err(before)? {
                 Some(now)

@@ -306,6 +306,8 @@ impl Transaction {
                 tracing::warn!(what = %w, "a failed COMMIT left DDL it could not undo");
             }
         }
+        // Committed (its DDL is permanent) or undone: no longer pending either way.
+        tables.pending_ddl.forget(self.undo.txn());
         done
     }
 
@@ -320,9 +322,10 @@ impl Transaction {
         }
         let keys = rows.to_batch(&mut batch);
         let _gate = tables.row_state().gate.read().await;
-        crate::rows::index::check_tables(tables, &rows).await?;
+        let own = Some(self.undo.txn());
+        crate::rows::index::check_tables(tables, &rows, own).await?;
         tierdb_store::testpoint::pause_at("txn-commit");
-        tables.commit_writes_with(writes, batch).await?;
+        tables.commit_writes_with(writes, batch, own).await?;
         tierdb_store::testpoint::pause_at("txn-committed");
         rows.committed(keys);
         Ok(())
@@ -337,7 +340,9 @@ impl Transaction {
         tables.merge_state().release(&writes);
         let written: Vec<SegmentMeta> = writes.into_iter().flat_map(|w| w.segments).collect();
         tables.discard(&written).await;
-        self.undo_all(tables).await
+        let left = self.undo_all(tables).await;
+        tables.pending_ddl.forget(self.undo.txn());
+        left
     }
 
     async fn undo_all(&self, tables: &Tables) -> Vec<String> {

@@ -232,7 +232,16 @@ pub(crate) async fn owner(
 
 /// Fails with 40001 if an index of a table `writes` wrote was created or dropped since
 /// (invariant 2), or one of its columns made NOT NULL (alter.rs rule 5).
-pub(crate) async fn check_tables(tables: &Tables, writes: &RowWrites) -> Result<()> {
+/// Also fails with 40001 if another transaction than `own_ddl` has an uncommitted change of
+/// one of their definitions (`ddlundo.rs` invariant 7).
+pub(crate) async fn check_tables(
+    tables: &Tables,
+    writes: &RowWrites,
+    own_ddl: Option<u64>,
+) -> Result<()> {
+    tables
+        .pending_ddl
+        .check(writes.tables().map(|w| w.name.as_str()), own_ddl)?;
     for w in writes.tables() {
         let name = &w.name;
         let now = tables.table(name).await?;

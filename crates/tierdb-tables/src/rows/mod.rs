@@ -231,7 +231,7 @@ pub(crate) async fn commit(tables: &Tables, writes: &mut RowWrites) -> Result<()
     }
     let kv = tables.kv_writer()?;
     let _gate = tables.row_state().gate.read().await;
-    index::check_tables(tables, writes).await?;
+    index::check_tables(tables, writes, None).await?;
     tierdb_store::testpoint::pause_at("rows-commit");
     kv.commit(batch).await?;
     tierdb_store::testpoint::pause_at("rows-committed");
