@@ -163,6 +163,34 @@ SCRIPTS = {
         "SELECT * FROM c ORDER BY x",
         "SELECT count(*) AS n FROM pg_indexes WHERE indexname = 'r_sp'",
     ]),
+    # pg_dump's data restored in one transaction (psql -1, pg_restore -1): the table
+    # created, loaded, then given its key and indexes; the COMMIT failed with 40001.
+    "restore in one transaction": ([
+        "DROP TABLE IF EXISTS pd",
+        "CREATE TABLE pd (a INT NOT NULL, b TEXT)",
+        "INSERT INTO pd VALUES (1, 'x'), (2, 'y')",
+        "ALTER TABLE ONLY pd ADD CONSTRAINT pd_pkey PRIMARY KEY (a)",
+        "CREATE INDEX pd_b ON pd (b)",
+        "INSERT INTO pd VALUES (3, 'z')",
+        "UPDATE pd SET b = 'q' WHERE a = 1",
+        "SELECT * FROM pd ORDER BY a",
+        "COMMIT",
+    ], [
+        "SELECT * FROM pd ORDER BY a",
+        "SELECT a FROM pd WHERE b = 'q'",
+    ]),
+    # The same on a table with committed rows, rolled back: the rows and no key.
+    "key added then rolled back": ([
+        "INSERT INTO c VALUES (2, 'b')",
+        "ALTER TABLE c ALTER COLUMN x SET NOT NULL",
+        "ALTER TABLE c ADD PRIMARY KEY (x)",
+        "INSERT INTO c VALUES (3, 'c')",
+        "INSERT INTO c VALUES (3, 'd')",
+    ], [
+        "SELECT * FROM c ORDER BY x",
+        "INSERT INTO c VALUES (1, 'again')",
+        "SELECT count(*) FROM c",
+    ]),
 }
 
 

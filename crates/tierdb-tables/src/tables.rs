@@ -504,7 +504,12 @@ impl Tables {
         own_ddl: Option<u64>,
     ) -> std::result::Result<Vec<PendingWrite>, CommitFailure> {
         let before = CommitFailure::NotCommitted;
-        let mut writes = writes;
+        // A write emptied by its own transaction's ADD PRIMARY KEY (`Transaction::
+        // absorb_writes_of`) commits nothing.
+        let mut writes: Vec<PendingWrite> = writes
+            .into_iter()
+            .filter(|w| !w.segments.is_empty() || !w.removed.is_empty() || w.replace)
+            .collect();
         let kv = self.kv_writer().map_err(before)?;
         let _guard = self.commit_lock.lock().await;
         self.pending_ddl

@@ -148,6 +148,24 @@ impl Transaction {
         self.snapshot.lock().is_some()
     }
 
+    /// Empties this transaction's pending segment writes of table `id`, when it has no
+    /// savepoint (a ROLLBACK TO one must find them as they were): ALTER TABLE … ADD
+    /// PRIMARY KEY moved what they hold into rows in its own recorded commit. Returns the
+    /// segment files they had written (never committed), for deletion; `None` if it
+    /// could not (a savepoint), so the COMMIT fails as before.
+    pub(crate) fn absorb_writes_of(&self, id: u64) -> Option<Vec<SegmentMeta>> {
+        if !self.savepoints.lock().is_empty() {
+            return None;
+        }
+        let mut files = Vec::new();
+        for w in self.writes.lock().iter_mut().filter(|w| w.table.id == id) {
+            files.append(&mut w.segments);
+            w.removed.clear();
+            w.replace = false;
+        }
+        Some(files)
+    }
+
     /// The writes, leaving the transaction empty.
     pub fn take(&self) -> Vec<PendingWrite> {
         std::mem::take(&mut *self.writes.lock())

@@ -90,7 +90,17 @@ pub(crate) async fn add_primary_key(
     }
     tables
         .commit_conversion(&before, &after, &segments, b)
-        .await
+        .await?;
+    // The rows this transaction wrote to the table before (pg_dump's CREATE TABLE, COPY,
+    // ADD PRIMARY KEY in one transaction) were read above and are rows now: its pending
+    // segments of the table are emptied, else its COMMIT would find them written for a
+    // table without a key (40001).
+    if let Some(tx) = crate::txn::current(ctx.state().config())
+        && let Some(files) = tx.absorb_writes_of(before.id)
+    {
+        tables.discard(&files).await;
+    }
+    Ok(())
 }
 
 impl Tables {
