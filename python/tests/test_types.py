@@ -1,5 +1,6 @@
 """Column types through `tierdb serve`, against PostgreSQL 15 as the oracle: the same table
 (SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, NUMERIC(p,s) of up to 38 digits and of 65,
+NUMERIC without precision,
 VARCHAR(n), VARCHAR, CHAR(n), TEXT,
 BOOLEAN, DATE, TIMESTAMP, TIMESTAMPTZ, TIME, BYTEA, UUID, JSON, JSONB) on both, the same rows written with driver
 parameters, then compared: the values read back, the column types and typmods the
@@ -51,6 +52,7 @@ COLUMNS = [
     ("tm", "TIME"),
     ("vu", "VARCHAR"),
     ("w", "NUMERIC(65,30)"),
+    ("nu", "NUMERIC"),
 ]
 UTC = datetime.timezone.utc
 ROWS = [
@@ -59,14 +61,16 @@ ROWS = [
      datetime.datetime(2024, 1, 2, 1, 4, 5, tzinfo=UTC), b"\x00\xff\\",
      uuid.UUID("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"), Json(DOC), Jsonb(DOC),
      datetime.time(10, 11, 12, 500000), "no length",
-     decimal.Decimal("123456789012345678901234567890.123456789012345678901234567890")),
+     decimal.Decimal("123456789012345678901234567890.123456789012345678901234567890"),
+     decimal.Decimal("3.14159265358979")),
     (2, -32768, -2147483648, -9223372036854775808, -0.25, -1e300, decimal.Decimal("-0.01"), "", "abc", "line\nbreak",
      False, datetime.date(1970, 1, 1), datetime.datetime(1970, 1, 1),
      datetime.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), b"",
      uuid.UUID(int=0), Json([]), Jsonb("text"), datetime.time(23, 59, 59, 999999), "",
-     decimal.Decimal("-0.000000000000000000000000000001")),
+     decimal.Decimal("-0.000000000000000000000000000001"),
+     decimal.Decimal("-12345678901234567890123456789012345678901234567890.5")),
     (3, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None,
-     None, None, None),
+     None, None, None, None),
 ]
 
 
@@ -120,7 +124,7 @@ def test_result_columns_carry_postgresql_types_and_typmods(both):
     # The declared length and precision reach the client (psycopg's display sizes).
     cols = {d.name: d for d in td.execute(sql).description}
     pcols = {d.name: d for d in pg.execute(sql).description}
-    for name in ("v", "c", "n", "w"):
+    for name in ("v", "c", "n", "w", "nu"):
         assert (cols[name].display_size, cols[name].precision, cols[name].scale) == \
             (pcols[name].display_size, pcols[name].precision, pcols[name].scale), name
 
@@ -509,6 +513,57 @@ def test_numeric_of_more_than_38_digits_is_stored_and_keyed_as_postgresql(both, 
         conn.execute("INSERT INTO wide_k VALUES (%s, 'p')", (big,), binary=binary)
     want = pg.execute("SELECT a FROM wide_k WHERE b = 'p'").fetchall()
     assert td.execute("SELECT a FROM wide_k WHERE b = 'p'").fetchall() == want == [(big,)]
+
+
+UNCONSTRAINED_SCRIPT = [
+    "CREATE TABLE un_k (k NUMERIC PRIMARY KEY, v NUMERIC)",
+    "CREATE TABLE un_c (a NUMERIC, b INT)",
+    "INSERT INTO un_k VALUES (1.5, 2), (-0.000001, 10.25), "
+    "(123456789012345678901234567890.125, -7), (0, NULL)",
+    "INSERT INTO un_c VALUES (19.99, 1), (-3, 2), (0.1, 3), (NULL, 4), (1e20, 5)",
+    "UPDATE un_k SET v = v * 3 WHERE k > 0",
+    "DELETE FROM un_k WHERE k = 0",
+]
+UNCONSTRAINED_QUERIES = [
+    "SELECT * FROM un_k ORDER BY k",
+    "SELECT * FROM un_k WHERE k BETWEEN -1 AND 2 ORDER BY k",
+    "SELECT k + v, k - v, k * 2, -k FROM un_k ORDER BY k",
+    "SELECT sum(a), min(a), max(a), count(a) FROM un_c",
+    "SELECT a, a * b, a + 0.05, a::int, a::float8 FROM un_c WHERE a < 1000 ORDER BY b",
+    "SELECT 1.5::numeric, CAST(2 AS DECIMAL), NUMERIC '3.25', '-0.5'::numeric, "
+    "12345678901234567890123456789012345::numeric",
+    "SELECT b FROM un_c WHERE a = 19.99",
+]
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_numeric_without_precision_keeps_each_value_as_postgresql(both, binary):
+    """NUMERIC without precision (and casts to it) keeps every value PostgreSQL keeps, up
+    to 20 digits after the point, in row tables (as the key) and columnar ones; it is
+    described as `numeric` with no typmod. Values compare as numbers: PostgreSQL shows the
+    digits each was written with (`1.50`), tierdb drops the fraction's trailing zeros."""
+    pg, td = both
+    for conn in both:
+        conn.execute("DROP TABLE IF EXISTS un_k")
+        conn.execute("DROP TABLE IF EXISTS un_c")
+        for sql in UNCONSTRAINED_SCRIPT:
+            conn.execute(sql)
+    for sql in UNCONSTRAINED_QUERIES:
+        want = pg.cursor(binary=binary).execute(sql)
+        got = td.cursor(binary=binary).execute(sql)
+        assert [d.type_code for d in got.description] == [d.type_code for d in want.description], sql
+        assert got.fetchall() == want.fetchall(), sql
+    cols = td.execute("SELECT k, v FROM un_k").description
+    assert [(c.precision, c.scale) for c in cols] == [(None, None), (None, None)]
+    # Shown without trailing zeros, where PostgreSQL shows the written digits.
+    assert td.execute("SELECT 1.5::numeric::text || '', a FROM un_c WHERE b = 5").fetchone()[1] \
+        == decimal.Decimal("100000000000000000000")
+    shown = td.execute("SELECT '2.50'::numeric").fetchone()[0]
+    assert str(shown) == "2.5"
+    with pytest.raises(psycopg.Error) as e:
+        td.execute("INSERT INTO un_k VALUES (1.5, 0)")
+    assert e.value.sqlstate == "23505"
+    assert e.value.diag.message_detail == "Key (k)=(1.5) already exists."
 
 
 def test_a_precision_past_76_is_refused_with_the_limit_named(both):

@@ -220,6 +220,7 @@ impl ScalarUDFImpl for PgTypeof {
             DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
             DataType::Timestamp(_, None) => "timestamp without time zone".into(),
             DataType::Float64 => "double precision".into(),
+            DataType::Decimal128(..) | DataType::Decimal256(..) => "numeric".into(),
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
             other => datafusion_postgres::arrow_pg::datatypes::into_pg_type(other)
                 .map(|t| t.name().to_string())

@@ -79,6 +79,8 @@ pub(crate) fn type_and_typmod(ty: ColumnType) -> Option<(i32, i32)> {
         ColumnType::VarcharUnbounded => (1043, -1),
         ColumnType::Json => (114, -1),
         ColumnType::Jsonb => (3802, -1),
+        // NUMERIC without precision: no typmod (Arrow's Decimal256(76, 20) would say one).
+        ColumnType::Numeric => (1700, -1),
         _ => return None,
     })
 }

@@ -74,7 +74,13 @@ fn type_size(ty: &pgwire::api::Type) -> i16 {
 fn declared(info: FieldInfo, field: &datafusion::arrow::datatypes::Field) -> FieldInfo {
     use pgwire::api::Type;
     if let DataType::Decimal128(p, s) | DataType::Decimal256(p, s) = field.data_type() {
-        let typmod = ((i32::from(*p) << 16) | i32::from(*s).max(0)) + 4;
+        // Precision 76 is NUMERIC without one and what is computed from it (`numeric.rs`
+        // rule 4): no typmod, as PostgreSQL sends for `numeric`.
+        let typmod = if crate::numeric::unconstrained(field.data_type()) {
+            -1
+        } else {
+            ((i32::from(*p) << 16) | i32::from(*s).max(0)) + 4
+        };
         return info.with_type_modifier(typmod);
     }
     let Some(declared) = field.metadata().get(tierdb_tables::catalog::DECLARED_TYPE) else {

@@ -20,6 +20,13 @@
 //!    | 8..8+2n   | digits  | i16 each, 0..=9999; leading and trailing zero digits left out |
 //!
 //!    Zero is `ndigits = 0, weight = 0`, positive, with its display scale.
+//! 4. A value of precision 76 (a NUMERIC column without precision,
+//!    `tierdb_tables::catalog::ColumnType::Numeric`, a cast to `numeric`, and what DataFusion
+//!    computes from them, which keeps the widest precision) is unconstrained: its display
+//!    scale is the digits after the point left once the fraction's trailing zeros are
+//!    dropped (`1.5`, `2`; PostgreSQL would show the digits the value was written with,
+//!    `1.50`, which a fixed Arrow scale does not keep). A column declared NUMERIC(76,s)
+//!    shows so too.
 
 use std::sync::Arc;
 
@@ -102,6 +109,23 @@ pub(crate) fn binary(unscaled: &str, scale: i8) -> Vec<u8> {
     out
 }
 
+/// Whether values of `ty` are unconstrained NUMERIC (rule 4).
+pub(crate) fn unconstrained(ty: &DataType) -> bool {
+    matches!(ty, DataType::Decimal256(p, _) if *p == tierdb_tables::catalog::MAX_NUMERIC_PRECISION)
+}
+
+/// `unscaled` and `scale` with the fraction's trailing zeros dropped (rule 4).
+fn trimmed(mut unscaled: String, mut scale: i8) -> (String, i8) {
+    while scale > 0 && unscaled.len() > 1 && unscaled.ends_with('0') {
+        unscaled.pop();
+        scale -= 1;
+    }
+    if scale > 0 && unscaled == "0" {
+        scale = 0;
+    }
+    (unscaled, scale)
+}
+
 /// Row `row` of a Decimal128 or Decimal256 column as its unscaled integer's text and scale.
 fn unscaled(col: &ArrayRef, row: usize) -> Option<(String, i8)> {
     match col.data_type() {
@@ -109,12 +133,25 @@ fn unscaled(col: &ArrayRef, row: usize) -> Option<(String, i8)> {
             col.as_primitive::<Decimal128Type>().value(row).to_string(),
             *s,
         )),
-        DataType::Decimal256(_, s) => Some((
-            col.as_primitive::<Decimal256Type>().value(row).to_string(),
-            *s,
-        )),
+        DataType::Decimal256(_, s) => {
+            let n = col.as_primitive::<Decimal256Type>().value(row).to_string();
+            Some(if unconstrained(col.data_type()) {
+                trimmed(n, *s)
+            } else {
+                (n, *s)
+            })
+        }
         _ => None,
     }
+}
+
+/// Row `row` of `col` as PostgreSQL's text of a NUMERIC (COPY TO); `None` when `col` is
+/// not one or the row is NULL.
+pub(crate) fn cell(col: &ArrayRef, row: usize) -> Option<String> {
+    if col.is_null(row) {
+        return None;
+    }
+    unscaled(col, row).map(|(n, s)| text(&n, s))
 }
 
 /// `batch` with its NUMERIC columns written here (text as Utf8, binary as Binary arrays,
@@ -170,6 +207,37 @@ pub(crate) fn as_pg_numeric(batch: RecordBatch, fields: &[FieldInfo]) -> RecordB
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unconstrained_values_drop_the_fractions_trailing_zeros() {
+        for (n, s, want) in [
+            ("150000", 5, ("15", 1)),
+            ("-1500", 3, ("-15", 1)),
+            ("0", 20, ("0", 0)),
+            ("100", 0, ("100", 0)),
+            ("-10", 1, ("-1", 0)),
+            ("12345", 2, ("12345", 2)),
+        ] {
+            assert_eq!(
+                trimmed(n.into(), s),
+                (want.0.to_string(), want.1),
+                "{n} {s}"
+            );
+        }
+        let col: ArrayRef = Arc::new(
+            datafusion::arrow::array::Decimal256Array::from(vec![
+                Some(datafusion::arrow::datatypes::i256::from_i128(
+                    15 * 10i128.pow(19),
+                )),
+                None,
+            ])
+            .with_precision_and_scale(76, 20)
+            .unwrap(),
+        );
+        assert_eq!(cell(&col, 0).as_deref(), Some("1.5"));
+        assert_eq!(cell(&col, 1), None);
+        assert_eq!(binary("15", 1), binary(&unscaled(&col, 0).unwrap().0, 1));
+    }
 
     #[test]
     fn text_puts_the_point_scale_places_from_the_right() {

@@ -172,7 +172,19 @@ pub enum ColumnType {
     /// it (`character varying`, type 1043). Columns declared so before this variant was
     /// added are [`ColumnType::Utf8`] and read as `text`.
     VarcharUnbounded,
+    /// NUMERIC (DECIMAL) without a precision: any value of up to [`NUMERIC_SCALE`] digits
+    /// after the point and 76 in all, stored as [`ColumnType::storage`] says, reported as
+    /// PostgreSQL reports `numeric` (no typmod) and shown without the fraction's trailing
+    /// zeros (`1.5`, not `1.50000000000000000000`: PostgreSQL shows the digits each value
+    /// was written with, which a fixed Arrow scale cannot keep). Columns declared so before
+    /// this variant was added are `Decimal { precision: 38, scale: 10 }`.
+    Numeric,
 }
+
+/// The digits after the point a [`ColumnType::Numeric`] value keeps (more are rounded, as
+/// NUMERIC(p,s) rounds): eighteen-decimal token amounts and fifteen-decimal coordinates fit,
+/// and the product of two values still has 36 digits before the point.
+pub const NUMERIC_SCALE: i8 = 20;
 
 /// The most digits a NUMERIC(p,s) column may declare: Arrow's Decimal256 holds 76
 /// (PostgreSQL allows 1000; a wider declaration is refused with this limit named).
@@ -210,6 +222,7 @@ impl ColumnType {
                 DataType::Decimal256(precision, scale)
             }
             ColumnType::Decimal { precision, scale } => DataType::Decimal128(precision, scale),
+            ColumnType::Numeric => self.storage().arrow(),
             ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             ColumnType::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
             ColumnType::Time => DataType::Time64(TimeUnit::Microsecond),
@@ -231,6 +244,7 @@ impl ColumnType {
                 precision: *p,
                 scale: *s,
             },
+            DataType::Decimal256(MAX_NUMERIC_PRECISION, NUMERIC_SCALE) => ColumnType::Numeric,
             DataType::Decimal256(p, s) => ColumnType::Decimal {
                 precision: *p,
                 scale: *s,
@@ -264,6 +278,7 @@ impl ColumnType {
             ColumnType::Char { len } => format!("CHAR({len})"),
             ColumnType::Date32 => "DATE".into(),
             ColumnType::Decimal { precision, scale } => format!("DECIMAL({precision},{scale})"),
+            ColumnType::Numeric => "NUMERIC".into(),
             ColumnType::Timestamp => "TIMESTAMP".into(),
             ColumnType::TimestampTz => "TIMESTAMPTZ".into(),
             ColumnType::Time => "TIME".into(),
@@ -293,6 +308,27 @@ impl ColumnType {
         matches!(self, ColumnType::Utf8 | ColumnType::VarcharUnbounded)
     }
 
+    /// The type whose values a column of this type stores: NUMERIC without a precision
+    /// stores `Decimal { precision: 76, scale: NUMERIC_SCALE }`; every other type itself.
+    pub fn storage(self) -> Self {
+        match self {
+            ColumnType::Numeric => ColumnType::Decimal {
+                precision: MAX_NUMERIC_PRECISION,
+                scale: NUMERIC_SCALE,
+            },
+            t => t,
+        }
+    }
+
+    /// The precision and scale of a NUMERIC's stored values (with or without a declared
+    /// precision).
+    pub fn decimal(self) -> Option<(u8, i8)> {
+        match self.storage() {
+            ColumnType::Decimal { precision, scale } => Some((precision, scale)),
+            _ => None,
+        }
+    }
+
     /// The most characters a value may have (VARCHAR(n), CHAR(n)).
     pub fn max_chars(self) -> Option<u32> {
         match self {
@@ -304,7 +340,7 @@ impl ColumnType {
     /// This type with the length a column declared (`VARCHAR(20)`, `CHAR(3)`), which the
     /// Arrow type does not carry.
     pub fn with_declared(self, declared: &datafusion::sql::sqlparser::ast::DataType) -> Self {
-        use datafusion::sql::sqlparser::ast::{CharacterLength, DataType as Sql};
+        use datafusion::sql::sqlparser::ast::{CharacterLength, DataType as Sql, ExactNumberInfo};
         let len = |l: &Option<CharacterLength>| match l {
             Some(CharacterLength::IntegerLength { length, .. }) => u32::try_from(*length).ok(),
             _ => None,
@@ -320,6 +356,15 @@ impl ColumnType {
                 len: len(l).unwrap_or(1),
             },
             (ColumnType::Utf8, Sql::Uuid) => ColumnType::Uuid,
+            // DataFusion plans a NUMERIC without precision as DECIMAL(38,10); an explicit
+            // NUMERIC(76,20) is that, not the unconstrained type `from_arrow` reads it as.
+            (
+                ColumnType::Decimal { .. } | ColumnType::Numeric,
+                Sql::Numeric(info) | Sql::Decimal(info) | Sql::Dec(info),
+            ) => match info {
+                ExactNumberInfo::None => ColumnType::Numeric,
+                _ => self.storage(),
+            },
             (ColumnType::Utf8, Sql::JSON) => ColumnType::Json,
             (ColumnType::Utf8, Sql::JSONB) => ColumnType::Jsonb,
             _ => self,
@@ -524,7 +569,7 @@ impl StatValue {
 
     /// The value as a scalar of `ty`; `None` if it does not fit (then nothing is pruned).
     pub fn to_scalar(&self, ty: ColumnType) -> Option<ScalarValue> {
-        Some(match (ty, self) {
+        Some(match (ty.storage(), self) {
             (ColumnType::Boolean, StatValue::Bool(b)) => ScalarValue::Boolean(Some(*b)),
             (ColumnType::Int16, StatValue::Int(i)) => {
                 ScalarValue::Int16(Some(i16::try_from(*i).ok()?))

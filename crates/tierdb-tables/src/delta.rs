@@ -64,7 +64,7 @@ fn version_path(dir: &str, version: u64) -> Path {
 /// Delta has no type for (a table with one gets no Delta log: other engines cannot read it
 /// through Delta).
 fn delta_type(ty: ColumnType) -> Option<String> {
-    Some(match ty {
+    Some(match ty.storage() {
         ColumnType::Boolean => "boolean".into(),
         ColumnType::Int16 => "short".into(),
         ColumnType::Int32 => "integer".into(),
@@ -90,7 +90,7 @@ fn delta_type(ty: ColumnType) -> Option<String> {
         ColumnType::TimestampTz => "timestamp".into(),
         ColumnType::Timestamp => "timestamp_ntz".into(),
         ColumnType::Binary => "binary".into(),
-        ColumnType::Time => return None,
+        ColumnType::Time | ColumnType::Numeric => return None,
     })
 }
 

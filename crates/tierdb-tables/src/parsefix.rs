@@ -27,6 +27,11 @@
 //!    then an integer literal (`pg_typeof(1e10)` is bigint; the value is the same).
 //! 7. An INTERVAL times or divided by a number is PostgreSQL's `interval_mul` /
 //!    `interval_div` (`intervalmul.rs`), which DataFusion does not have.
+//! 8. A cast to NUMERIC (DECIMAL) without a precision (`x::numeric`, `NUMERIC '1.5'`) is
+//!    one to the type a NUMERIC column without precision stores (`ColumnType::Numeric`:
+//!    76 digits, 20 after the point), which is shown without trailing zeros: DataFusion
+//!    casts it to DECIMAL(38,10), so `1.5::numeric` showed `1.5000000000` and a value
+//!    with more than 28 integer digits failed.
 
 use std::ops::ControlFlow;
 
@@ -59,6 +64,7 @@ impl VisitorMut for Repair {
         }
         sequence_name_casts(e);
         text_type_casts(e);
+        unconstrained_numeric_casts(e);
         crate::intervalmul::rewrite(e);
         crate::charcast::repair(e);
         if matches!(e, Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..)) {
@@ -113,6 +119,25 @@ fn plain_digits(n: &str) -> Option<String> {
     } else {
         format!("{whole}.{after}")
     })
+}
+
+/// Rule 8.
+fn unconstrained_numeric_casts(e: &mut Expr) {
+    use datafusion::sql::sqlparser::ast::{DataType, ExactNumberInfo};
+    let data_type = match e {
+        Expr::Cast { data_type, .. } => data_type,
+        Expr::TypedString(t) => &mut t.data_type,
+        _ => return,
+    };
+    if let DataType::Numeric(info @ ExactNumberInfo::None)
+    | DataType::Decimal(info @ ExactNumberInfo::None)
+    | DataType::Dec(info @ ExactNumberInfo::None) = data_type
+    {
+        *info = ExactNumberInfo::PrecisionAndScale(
+            u64::from(crate::catalog::MAX_NUMERIC_PRECISION),
+            crate::catalog::NUMERIC_SCALE as i64,
+        );
+    }
 }
 
 /// Rule 2.

@@ -13,7 +13,7 @@
 //! 2. `k` never lets the division overflow where it would not have: Arrow multiplies the
 //!    dividend by `10^(4 + divisor's scale)`, so `k` is at most what keeps the cast
 //!    dividend's precision plus that within 38 digits (`p1 + k + 4 + s2 <= 38`,
-//!    [`extra_scale`]). A dividend of high precision (a `sum` of a NUMERIC(38,…)) keeps
+//!    [`extra_scale`]; 76 for a Decimal256 dividend). A dividend of high precision (a `sum` of a NUMERIC(38,…)) keeps
 //!    Arrow's scale.
 //! 3. Applied twice, it changes nothing the second time (the cast dividend already has
 //!    the scale), so a plan analyzed again (to describe, then to run) keeps its types.
@@ -57,12 +57,12 @@ use datafusion::optimizer::AnalyzerRule;
 /// PostgreSQL's fewest significant digits of a quotient (`NUMERIC_MIN_SIG_DIGITS`).
 const MIN_SCALE: i8 = 16;
 
-/// Rules 1 and 2: how many places of scale to add to a `Decimal128(p1, s1)` dividend over a
-/// divisor of scale `s2`.
-fn extra_scale(p1: u8, s1: i8, s2: i8) -> i8 {
+/// Rules 1 and 2: how many places of scale to add to a dividend of `max` digits at most
+/// (38 for `Decimal128(p1, s1)`, 76 for Decimal256) over a divisor of scale `s2`.
+fn extra_scale(max: u8, p1: u8, s1: i8, s2: i8) -> i8 {
     let wanted = MIN_SCALE - (s1.max(0) + 4);
-    let room = 38 - (i16::from(p1) + 4 + i16::from(s2.max(0)));
-    wanted.min(room.clamp(0, 38) as i8).max(0)
+    let room = i16::from(max) - (i16::from(p1) + 4 + i16::from(s2.max(0)));
+    wanted.min(room.clamp(0, i16::from(max)) as i8).max(0)
 }
 
 #[derive(Debug)]
@@ -185,16 +185,25 @@ fn widen(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     else {
         return Ok(Transformed::no(e));
     };
-    let (Ok(DataType::Decimal128(p1, s1)), Ok(DataType::Decimal128(_, s2))) =
+    let (Ok(dividend), Ok(DataType::Decimal128(_, s2) | DataType::Decimal256(_, s2))) =
         (left.get_type(schema), right.get_type(schema))
     else {
         return Ok(Transformed::no(e));
     };
-    let k = extra_scale(p1, s1, s2);
-    if k == 0 {
+    let to = match dividend {
+        DataType::Decimal128(p1, s1) => {
+            let k = extra_scale(38, p1, s1, s2);
+            DataType::Decimal128(p1 + k as u8, s1 + k)
+        }
+        DataType::Decimal256(p1, s1) => {
+            let k = extra_scale(76, p1, s1, s2);
+            DataType::Decimal256(p1 + k as u8, s1 + k)
+        }
+        _ => return Ok(Transformed::no(e)),
+    };
+    if to == dividend {
         return Ok(Transformed::no(e));
     }
-    let to = DataType::Decimal128(p1 + k as u8, s1 + k);
     Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr {
         left: Box::new(Expr::Cast(Cast::new(left.clone(), to))),
         op: Operator::Divide,
@@ -271,6 +280,10 @@ fn integer_cast(e: Expr, schema: &DFSchema, rint: &Arc<ScalarUDF>) -> Result<Tra
             let digits = (i16::from(p) - i16::from(s) + 1).clamp(1, 38) as u8;
             Expr::Cast(Cast::new(inner.clone(), DataType::Decimal128(digits, 0)))
         }
+        Ok(DataType::Decimal256(p, s)) if s > 0 => {
+            let digits = (i16::from(p) - i16::from(s) + 1).clamp(1, 76) as u8;
+            Expr::Cast(Cast::new(inner.clone(), DataType::Decimal256(digits, 0)))
+        }
         Ok(DataType::Float32 | DataType::Float64) => match inner.as_ref() {
             Expr::ScalarFunction(f) if f.func.name() == rint.name() => {
                 return Ok(Transformed::no(e));
@@ -298,18 +311,21 @@ mod tests {
     #[test]
     fn quotients_get_sixteen_places_where_they_fit() {
         // 1.0 / 3: NUMERIC(2,1) by NUMERIC(10,0) (an INT coerced): 11 more, scale 16.
-        assert_eq!(extra_scale(2, 1, 0), 11);
+        assert_eq!(extra_scale(38, 2, 1, 0), 11);
         // 7 / 2.0: BIGINT as NUMERIC(20,0) by NUMERIC(2,1): 12 more.
-        assert_eq!(extra_scale(20, 0, 1), 12);
+        assert_eq!(extra_scale(38, 20, 0, 1), 12);
         // Already 16 places or more: none.
-        assert_eq!(extra_scale(30, 12, 0), 0);
-        assert_eq!(extra_scale(20, 14, 2), 0);
+        assert_eq!(extra_scale(38, 30, 12, 0), 0);
+        assert_eq!(extra_scale(38, 20, 14, 2), 0);
         // A dividend of 38 digits: Arrow's scale, no new overflow.
-        assert_eq!(extra_scale(38, 2, 2), 0);
+        assert_eq!(extra_scale(38, 38, 2, 2), 0);
         // Room for some of the places only.
-        assert_eq!(extra_scale(30, 2, 0), 4);
+        assert_eq!(extra_scale(38, 30, 2, 0), 4);
         // Applied again after the cast, nothing more (rule 3).
-        assert_eq!(extra_scale(2 + 11, 1 + 11, 0), 0);
-        assert_eq!(extra_scale(30 + 4, 2 + 4, 0), 0);
+        assert_eq!(extra_scale(38, 2 + 11, 1 + 11, 0), 0);
+        assert_eq!(extra_scale(38, 30 + 4, 2 + 4, 0), 0);
+        // A Decimal256 dividend (NUMERIC(50,0)) has room up to 76 digits.
+        assert_eq!(extra_scale(76, 50, 0, 0), 12);
+        assert_eq!(extra_scale(76, 76, 20, 20), 0);
     }
 }

@@ -88,12 +88,16 @@ pub fn not_null(def: &TableDef, column: &str) -> Violation {
     }
 }
 
-/// A key value as PostgreSQL prints it in DETAIL: the value's text, `null` for NULL.
+/// A key value as PostgreSQL prints it in DETAIL: the value's text, `null` for NULL; an
+/// unconstrained NUMERIC's without the fraction's trailing zeros, as the server shows it.
 fn key_text(v: &ScalarValue) -> String {
-    if v.is_null() {
-        "null".into()
-    } else {
-        v.to_string()
+    match v {
+        _ if v.is_null() => "null".into(),
+        ScalarValue::Decimal256(_, crate::catalog::MAX_NUMERIC_PRECISION, s) if *s > 0 => {
+            let t = v.to_string();
+            t.trim_end_matches('0').trim_end_matches('.').to_string()
+        }
+        _ => v.to_string(),
     }
 }
 
@@ -141,6 +145,12 @@ mod tests {
             Some("Key (id, email)=(7, null) already exists.")
         );
         assert_eq!((v.schema.as_str(), v.table.as_str()), ("app", "users"));
+        let wide = |n: i64| {
+            let n = datafusion::arrow::datatypes::i256::from_i128(i128::from(n) * 10i128.pow(18));
+            ScalarValue::Decimal256(Some(n), 76, 20)
+        };
+        assert_eq!(key_text(&wide(150)), "1.5");
+        assert_eq!(key_text(&wide(-300)), "-3");
         assert_eq!(v.constraint.as_deref(), Some("users_pkey"));
         assert_eq!(
             v.to_string(),

@@ -266,6 +266,7 @@ pub(crate) fn copy_out_stream(
                                     } else {
                                         let text = crate::floats::cell(col, row)
                                             .or_else(|| crate::interval::cell(col, row))
+                                            .or_else(|| crate::numeric::cell(col, row))
                                             .unwrap_or_else(|| {
                                                 pg_text(col.data_type(), f.value(row).to_string())
                                             });

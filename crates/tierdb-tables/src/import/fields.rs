@@ -66,6 +66,7 @@ enum Col {
 
 impl Col {
     fn new(ty: ColumnType, n: usize) -> Result<Col> {
+        let (precision, scale) = ty.decimal().unwrap_or((0, 0));
         Ok(match ty {
             ColumnType::Boolean => Col::Bool(BooleanBuilder::with_capacity(n)),
             ColumnType::Int16 => Col::I16(Int16Builder::with_capacity(n)),
@@ -90,7 +91,9 @@ impl Col {
             ColumnType::Time => Col::Time(Time64MicrosecondBuilder::with_capacity(n)),
             ColumnType::Binary => Col::Bin(BinaryBuilder::with_capacity(n, n * 16)),
             ColumnType::Date32 => Col::Date(Date32Builder::with_capacity(n)),
-            ColumnType::Decimal { precision, scale } if precision > DECIMAL128_MAX_PRECISION => {
+            ColumnType::Decimal { .. } | ColumnType::Numeric
+                if precision > DECIMAL128_MAX_PRECISION =>
+            {
                 Col::WideDec(
                     Decimal256Builder::with_capacity(n)
                         .with_precision_and_scale(precision, scale)?,
@@ -98,7 +101,7 @@ impl Col {
                     scale,
                 )
             }
-            ColumnType::Decimal { precision, scale } => Col::Dec(
+            ColumnType::Decimal { .. } | ColumnType::Numeric => Col::Dec(
                 Decimal128Builder::with_capacity(n).with_precision_and_scale(precision, scale)?,
                 precision,
                 scale,

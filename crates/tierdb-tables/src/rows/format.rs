@@ -170,6 +170,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 fn decode_value(r: &mut Reader<'_>, ty: ColumnType) -> std::result::Result<ScalarValue, String> {
+    let (precision, scale) = ty.decimal().unwrap_or((0, 0));
     Ok(match ty {
         ColumnType::Boolean => ScalarValue::Boolean(Some(r.take(1)?[0] != 0)),
         ColumnType::Int16 => ScalarValue::Int16(Some(i16::from_le_bytes(r.array()?))),
@@ -190,10 +191,12 @@ fn decode_value(r: &mut Reader<'_>, ty: ColumnType) -> std::result::Result<Scala
         ColumnType::Float64 => {
             ScalarValue::Float64(Some(f64::from_bits(u64::from_le_bytes(r.array()?))))
         }
-        ColumnType::Decimal { precision, scale } if precision > DECIMAL128_MAX_PRECISION => {
+        ColumnType::Decimal { .. } | ColumnType::Numeric
+            if precision > DECIMAL128_MAX_PRECISION =>
+        {
             ScalarValue::Decimal256(Some(i256::from_le_bytes(r.array()?)), precision, scale)
         }
-        ColumnType::Decimal { precision, scale } => {
+        ColumnType::Decimal { .. } | ColumnType::Numeric => {
             ScalarValue::Decimal128(Some(i128::from_le_bytes(r.array()?)), precision, scale)
         }
         ColumnType::Utf8

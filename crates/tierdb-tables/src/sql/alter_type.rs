@@ -297,7 +297,13 @@ fn assignable(from: ColumnType, to: ColumnType) -> bool {
     let number = |t| {
         matches!(
             t,
-            T::Int16 | T::Int32 | T::Int64 | T::Float32 | T::Float64 | T::Decimal { .. }
+            T::Int16
+                | T::Int32
+                | T::Int64
+                | T::Float32
+                | T::Float64
+                | T::Decimal { .. }
+                | T::Numeric
         )
     };
     let text = |t| {
@@ -332,6 +338,7 @@ fn pg_name(t: ColumnType) -> String {
         T::Char { len } => format!("character({len})"),
         T::Date32 => "date".into(),
         T::Decimal { precision, scale } => format!("numeric({precision},{scale})"),
+        T::Numeric => "numeric".into(),
         T::Timestamp => "timestamp without time zone".into(),
         T::TimestampTz => "timestamp with time zone".into(),
         T::Time => "time without time zone".into(),
