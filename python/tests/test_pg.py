@@ -610,9 +610,12 @@ def test_pg_dump_round_trip(db, tmp_path):
     statement succeeding (ON_ERROR_STOP); the rows read back are the rows dumped."""
     import subprocess
     tierdb("sql", db, "-c", "CREATE TABLE t (id INT NOT NULL, v VARCHAR(20), d NUMERIC(10,2), "
-           "ts TIMESTAMP, b BOOLEAN, f DOUBLE)")
-    tierdb("sql", db, "-c", "INSERT INTO t VALUES (1, 'tab\there', 1.5, '2024-01-02 03:04:05', true, 0.1), "
-           "(2, NULL, NULL, NULL, NULL, NULL), (3, 'quote''s \\ back', -7.25, '1999-12-31 23:59:59', false, -2.5e10)")
+           "ts TIMESTAMP, b BOOLEAN, f DOUBLE, n NUMERIC, w NUMERIC(65,30), u UUID)")
+    tierdb("sql", db, "-c", "INSERT INTO t VALUES (1, 'tab\there', 1.5, '2024-01-02 03:04:05', true, 0.1, "
+           "123456789012345678901234567890.5, -0.000000000000000000000000000001, "
+           "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), "
+           "(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), "
+           "(3, 'quote''s \\ back', -7.25, '1999-12-31 23:59:59', false, -2.5e10, 0.125, 1, NULL)")
     tierdb("sql", db, "-c", "CREATE TABLE empty (k BIGINT NOT NULL)")
     tierdb("sql", db, "-c", "CREATE VIEW big AS SELECT id, d FROM t WHERE d > 0")
     env = dict(os.environ, PGPASSWORD=pg_clients.PASSWORD)
@@ -628,6 +631,9 @@ def test_pg_dump_round_trip(db, tmp_path):
     assert "CREATE TABLE public.empty (" in dump.stdout, dump.stdout
     # Declared types as PostgreSQL's pg_dump writes them (pg_attribute's typmods).
     assert "v character varying(20)," in dump.stdout and "d numeric(10,2)," in dump.stdout, dump.stdout
+    assert "n numeric," in dump.stdout and "w numeric(65,30)," in dump.stdout, dump.stdout
+    # pg_attribute's attstorage is the type's, or pg_dump writes ALTER COLUMN … SET STORAGE.
+    assert "SET STORAGE" not in dump.stdout, dump.stdout
     assert "CREATE VIEW public.big AS" in dump.stdout, dump.stdout
     fresh = str(tmp_path / "restored")
     tierdb("sql", fresh, "--create", "-c", "SELECT 1")

@@ -85,6 +85,17 @@ pub(crate) fn type_and_typmod(ty: ColumnType) -> Option<(i32, i32)> {
     })
 }
 
+/// `pg_type.typstorage` of a declared type's oid, which a column's `attstorage` is unless
+/// altered: pg_dump writes `ALTER COLUMN … SET STORAGE` for a column whose storage differs
+/// from its type's (datafusion-pg-catalog gives a column it has no type for text's `x`).
+fn type_storage(typid: i32) -> &'static str {
+    match typid {
+        1700 => "m", // numeric
+        2950 => "p", // uuid
+        _ => "x",    // varchar, bpchar, json, jsonb
+    }
+}
+
 /// `attribute` (datafusion-pg-catalog's `pg_attribute`) with the declared types of
 /// `defs`' columns and of `views`' (a view's column of a VARCHAR(20) column is one too),
 /// matched by relation name through `class` (its `pg_class`).
@@ -103,7 +114,7 @@ pub(crate) fn with_declared_types(
     };
     let (typid_ty, typmod_ty) = (typid.data_type().clone(), typmod.data_type().clone());
     let (mut tables, mut columns, mut ids, mut mods) = (vec![], vec![], vec![], vec![]);
-    let (mut not_null, mut has_default) = (vec![], vec![]);
+    let (mut not_null, mut has_default, mut storage) = (vec![], vec![], vec![]);
     for def in defs {
         for c in &def.columns {
             let (id, m) = type_and_typmod(c.ty).unzip();
@@ -111,6 +122,7 @@ pub(crate) fn with_declared_types(
             columns.push(c.name.clone());
             ids.push(id);
             mods.push(m);
+            storage.push(id.map(type_storage));
             // Row tables show DataFusion every column nullable (NOT NULL is theirs to
             // check): what was declared is in the catalog, and a key column is NOT NULL.
             not_null.push(!c.nullable || def.primary_key.contains(&c.name));
@@ -127,6 +139,7 @@ pub(crate) fn with_declared_types(
             columns.push(c.name.clone());
             ids.push(Some(id));
             mods.push(Some(m));
+            storage.push(Some(type_storage(id)));
             not_null.push(false);
             has_default.push(false);
         }
@@ -141,6 +154,7 @@ pub(crate) fn with_declared_types(
         Field::new("d_typmod", DataType::Int32, true),
         Field::new("d_notnull", DataType::Boolean, false),
         Field::new("d_hasdef", DataType::Boolean, false),
+        Field::new("d_storage", DataType::Utf8, true),
     ]));
     let rows = RecordBatch::try_new(
         declared_schema.clone(),
@@ -151,6 +165,7 @@ pub(crate) fn with_declared_types(
             Arc::new(Int32Array::from(mods)),
             Arc::new(datafusion::arrow::array::BooleanArray::from(not_null)),
             Arc::new(datafusion::arrow::array::BooleanArray::from(has_default)),
+            Arc::new(StringArray::from(storage)),
         ],
     )?;
     let declared = Arc::new(MemTable::try_new(declared_schema, vec![vec![rows]])?);
@@ -182,6 +197,10 @@ pub(crate) fn with_declared_types(
         "attnotnull" => {
             datafusion::functions::core::expr_fn::coalesce(vec![col("d_notnull"), a("attnotnull")])
                 .alias("attnotnull")
+        }
+        "attstorage" => {
+            datafusion::functions::core::expr_fn::coalesce(vec![col("d_storage"), a("attstorage")])
+                .alias("attstorage")
         }
         "atthasdef" => {
             datafusion::functions::core::expr_fn::coalesce(vec![col("d_hasdef"), a("atthasdef")])
