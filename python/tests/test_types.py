@@ -604,3 +604,34 @@ def test_constraint_violations_carry_postgresqls_fields(both, sql):
                 d.schema_name, d.table_name, d.column_name, d.constraint_name)
 
     assert diag(td) == diag(pg)
+
+
+TO_CHAR_FORMATS = [
+    "999", "000", "9999.99", "FM9999.99", "9G999D99", "9,999.00", "S999", "999S", "999MI",
+    "999PR", "FM999", "0.00", "FM0.00", "99.9", "L999", "SG999", "PL999", "9.99EEEE",
+    "FM9,999,999.999", "$999.99", "FM990.00", "FM999,999,990.00", "0,000", ".99", "\"n=\"99",
+]
+
+
+@pytest.mark.parametrize("fmt", TO_CHAR_FORMATS)
+def test_to_char_formats_numbers_as_postgresql(both, fmt):
+    """to_char(number, format) (tochar.rs) equals PostgreSQL's for integers, NUMERIC and
+    DOUBLE PRECISION: signs, padding, rounding, overflow (#), fill mode, EEEE."""
+    pg, td = both
+    values = "(VALUES (0), (5), (-5), (12), (-1234), (123456789)) v(x)"
+    numerics = ("(VALUES (0.0), (0.5), (-0.5), (1234.5), (-1234.5), (0.001), (-0.0001), "
+                "(2.5), (1234567.891), (99.995)) v(x)")
+    floats = "(VALUES (0.25::float8), (-1.5::float8), (1234.5678::float8), (1e-5::float8)) v(x)"
+    for source in (values, numerics, floats):
+        sql = f"SELECT x, to_char(x, '{fmt}') FROM {source} ORDER BY x"
+        assert td.execute(sql).fetchall() == pg.execute(sql).fetchall(), sql
+    # A column, and NULLs.
+    sql = f"SELECT id, to_char(n, '{fmt}'), to_char(i, '{fmt}'), to_char(d, '{fmt}') FROM ty ORDER BY id"
+    assert td.execute(sql).fetchall() == pg.execute(sql).fetchall(), sql
+
+
+def test_to_char_refuses_roman_numerals_with_their_name(both):
+    _, td = both
+    with pytest.raises(psycopg.Error) as e:
+        td.execute("SELECT to_char(5, 'RN')")
+    assert "RN" in str(e.value)

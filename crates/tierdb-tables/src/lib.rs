@@ -61,6 +61,7 @@ pub mod sleep;
 pub mod sql;
 pub mod tables;
 pub mod textvalue;
+mod tochar;
 pub mod txn;
 pub mod unknowntext;
 pub mod viewdeps;

@@ -259,6 +259,7 @@ impl SqlEngine {
             ctx.register_udf(f);
         }
         ctx.register_udf(crate::sleep::function());
+        ctx.register_udf(crate::tochar::function());
         let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
         ctx.register_object_store(&url, Arc::new(tables.df_store().clone()));
         let counters = Arc::new(ScanCounters::default());
