@@ -635,3 +635,35 @@ def test_to_char_refuses_roman_numerals_with_their_name(both):
     with pytest.raises(psycopg.Error) as e:
         td.execute("SELECT to_char(5, 'RN')")
     assert "RN" in str(e.value)
+
+
+TO_CHAR_TIME_FORMATS = [
+    "YYYY-MM-DD HH24:MI:SS", "yyyy-mm-dd hh24:mi:ss.us", "HH12:MI AM, MS", "HH:MI a.m.",
+    "Month DD, YYYY", "FMMonth FMDDth, YYYY", "Dy Mon DD", "DAY|day|Day", "DDD D ID W WW IW Q CC J",
+    "IYYY-IW-ID IDDD", "Y,YYY YYY YY Y", "RM rm FMRM", "\"Q\"Q SSSS", "DDth DDTH FMDDth", "AD B.C.",
+]
+
+
+@pytest.mark.parametrize("fmt", TO_CHAR_TIME_FORMATS)
+def test_to_char_formats_dates_and_timestamps_as_postgresql(both, fmt):
+    """to_char(date or timestamp, format) reads PostgreSQL's patterns (tochar_time.rs), not
+    chrono's: it answered the format itself ('YYYY-MM-DD') for every row."""
+    pg, td = both
+    stamps = ("(VALUES (timestamp '2024-03-05 14:07:09.123456'), (timestamp '2024-12-30 00:00:00'), "
+              "(timestamp '1999-01-01 12:30:00'), (timestamp '2024-02-29 23:59:59.999999')) v(x)")
+    sql = f"SELECT x, to_char(x, '{fmt}') FROM {stamps} ORDER BY x"
+    assert td.execute(sql).fetchall() == pg.execute(sql).fetchall(), sql
+    sql = f"SELECT id, to_char(ts, '{fmt}'), to_char(tz, '{fmt}') FROM ty ORDER BY id"
+    assert td.execute(sql).fetchall() == pg.execute(sql).fetchall(), sql
+
+
+def test_to_char_shows_timestamptz_in_the_session_time_zone(both):
+    pg, td = both
+    sql = "SELECT id, to_char(tz, 'YYYY-MM-DD HH24:MI:SS TZ OF') FROM ty ORDER BY id"
+    try:
+        for conn in both:
+            conn.execute("SET TIME ZONE 'America/New_York'")
+        assert td.execute(sql).fetchall() == pg.execute(sql).fetchall()
+    finally:
+        for conn in both:
+            conn.execute("SET TIME ZONE 'UTC'")

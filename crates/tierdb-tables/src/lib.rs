@@ -62,6 +62,7 @@ pub mod sql;
 pub mod tables;
 pub mod textvalue;
 mod tochar;
+mod tochar_time;
 pub mod txn;
 pub mod unknowntext;
 pub mod viewdeps;

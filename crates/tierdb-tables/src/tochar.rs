@@ -1,8 +1,9 @@
 //! `to_char(number, format)`: PostgreSQL's number formatting (`formatting.c`), which
 //! DataFusion's `to_char` (dates and times only) does not have: reports and dashboards
 //! (Grafana's table panels, `to_char(amount, 'FM999,999.00')`) failed with "No function
-//! matches". The function registered here formats integers, floats and NUMERIC itself and
-//! hands every other type to DataFusion's `to_char` unchanged.
+//! matches". The function registered here formats integers, floats and NUMERIC itself,
+//! dates and timestamps with PostgreSQL's patterns (`tochar_time.rs`), and hands every
+//! other type (TIME, INTERVAL) to DataFusion's `to_char` unchanged.
 //!
 //! 1. The format's patterns: `9` (a digit, blank when a leading zero), `0` (a digit, kept
 //!    when a leading zero), `.` or `D` (the decimal point), `,` or `G` (a group separator,
@@ -58,6 +59,14 @@ struct ToChar {
     aliases: Vec<String>,
 }
 
+/// Dates and timestamps, formatted by `tochar_time.rs`.
+fn is_time(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Date32 | DataType::Date64 | DataType::Timestamp(..)
+    )
+}
+
 fn is_number(t: &DataType) -> bool {
     t.is_integer()
         || t.is_floating()
@@ -79,6 +88,7 @@ impl ScalarUDFImpl for ToChar {
 
     fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
         match args {
+            [value, _] if is_time(value) => Ok(vec![value.clone(), DataType::Utf8]),
             [value, _] if is_number(value) => {
                 let value = if value.is_integer() {
                     DataType::Int64
@@ -112,7 +122,11 @@ impl ScalarUDFImpl for ToChar {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        if !is_number(&args.args[0].data_type()) {
+        let ty = args.args[0].data_type();
+        if is_time(&ty) {
+            return crate::tochar_time::times(&args);
+        }
+        if !is_number(&ty) {
             return self.inner.invoke_with_args(args);
         }
         let rows = args.number_rows;
