@@ -147,17 +147,22 @@ impl ScalarUDFImpl for ToChar {
             };
             out.append_value(format.render(&number));
         }
-        let array: ArrayRef = Arc::new(out.finish());
-        let scalars = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        Ok(if scalars && array.len() == 1 {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&array, 0)?)
-        } else {
-            ColumnarValue::Array(array)
-        })
+        answer(&args, out)
     }
+}
+
+/// The strings built for `args`: one value when every argument was one.
+pub(crate) fn answer(args: &ScalarFunctionArgs, mut out: StringBuilder) -> Result<ColumnarValue> {
+    let array: ArrayRef = Arc::new(out.finish());
+    let scalars = args
+        .args
+        .iter()
+        .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+    Ok(if scalars && array.len() == 1 {
+        ColumnarValue::Scalar(ScalarValue::try_from_array(&array, 0)?)
+    } else {
+        ColumnarValue::Array(array)
+    })
 }
 
 /// A value as its sign and the decimal digits of its magnitude, rounded to the format's

@@ -18,12 +18,10 @@
 //! 4. A TIMESTAMPTZ is shown in the session's `TimeZone` (DataFusion's `execution.time_zone`,
 //!    which `SET TIME ZONE` sets); DATE and TIMESTAMP are shown as they are (`TZ` empty).
 
-use std::sync::Arc;
-
 use chrono::{DateTime, Datelike, FixedOffset, NaiveDateTime, Offset, TimeZone, Timelike};
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
+use datafusion::arrow::array::{Array, AsArray, StringBuilder};
 use datafusion::arrow::datatypes::DataType;
-use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::common::{Result, exec_err};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs};
 
 /// A value to format: its local date and time and, for a TIMESTAMPTZ, its offset and the
@@ -57,20 +55,6 @@ impl Moment {
     }
 }
 
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
 const DAYS: [&str; 7] = [
     "Sunday",
     "Monday",
@@ -219,16 +203,7 @@ pub(crate) fn times(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
         };
         out.append_value(format(&moment, formats.value(row)));
     }
-    let array: ArrayRef = Arc::new(out.finish());
-    let scalars = args
-        .args
-        .iter()
-        .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-    Ok(if scalars && array.len() == 1 {
-        ColumnarValue::Scalar(ScalarValue::try_from_array(&array, 0)?)
-    } else {
-        ColumnarValue::Array(array)
-    })
+    crate::tochar::answer(args, out)
 }
 
 /// A numeric pattern's text and its number (for `TH`).
@@ -322,7 +297,8 @@ fn name(m: &Moment, p: &str, fill: bool) -> String {
         };
         if full && !fill { format!("{s:<9}") } else { s }
     };
-    let month = MONTHS[d.month0() as usize];
+    let month =
+        chrono::Month::try_from(u8::try_from(d.month()).unwrap_or(1)).map_or("", |m| m.name());
     let day = DAYS[d.weekday().num_days_from_sunday() as usize];
     let pm = m.local.time().hour() >= 12;
     let bc = d.year() <= 0;
