@@ -226,3 +226,34 @@ def test_a_repeatable_read_snapshot_does_not_drop_rows_committed_since(table):
         a.commit()
         a.autocommit = True
         assert b.execute(f"SELECT id, n FROM {table} ORDER BY id").fetchall() == [(1, 10), (2, 20)]
+
+
+COLUMN_SETTINGS = [
+    "CREATE TABLE cs (id INT PRIMARY KEY, s TEXT, n NUMERIC)",
+    "INSERT INTO cs VALUES (1, 'a', 1.5)",
+    # pg_dump writes these for a column whose storage or statistics target was changed.
+    "ALTER TABLE ONLY public.cs ALTER COLUMN s SET STORAGE MAIN",
+    "ALTER TABLE cs ALTER n SET STORAGE EXTERNAL",
+    "ALTER TABLE cs ALTER COLUMN s SET STATISTICS 200",
+    "ALTER TABLE cs ALTER COLUMN nope SET STORAGE MAIN",              # 42703
+    "ALTER TABLE IF EXISTS nosuch ALTER COLUMN a SET STORAGE PLAIN",  # a notice
+    "ALTER TABLE nosuch ALTER COLUMN a SET STORAGE PLAIN",            # 42P01
+    "SELECT * FROM cs",
+]
+
+
+def test_column_storage_settings_are_accepted_as_postgresql_accepts_them():
+    """SET STORAGE / STATISTICS (colstorage_stmt.rs) answer as in PostgreSQL, change no
+    row, and tierdb says with a notice that they change nothing."""
+    with engines.postgres() as pg_port, engines.tierdb(BIN) as t_port:
+        got = {}
+        for name, port in [("postgres", pg_port), ("tierdb", t_port)]:
+            with connect(name, port) as c:
+                got[name] = [answer(c, sql, None) for sql in COLUMN_SETTINGS]
+        for sql, t, p in zip(COLUMN_SETTINGS, got["tierdb"], got["postgres"]):
+            assert t == p, sql
+        with connect("tierdb", t_port) as c:
+            notices = []
+            c.add_notice_handler(lambda d: notices.append(d.message_primary))
+            c.execute("ALTER TABLE cs ALTER COLUMN s SET STORAGE MAIN")
+            assert any("is ignored" in n for n in notices), notices

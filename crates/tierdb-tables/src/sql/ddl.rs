@@ -681,6 +681,9 @@ impl SqlSession {
             SqlStatement::Call(f) if super::setschema_stmt::call_arguments(f).is_some() => {
                 self.set_schema_call(f).await?
             }
+            SqlStatement::Call(f) if super::colstorage_stmt::call_arguments(f).is_some() => {
+                self.column_storage_call(f).await?
+            }
             SqlStatement::Drop {
                 object_type: ObjectType::Schema,
                 names,

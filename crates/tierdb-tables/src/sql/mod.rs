@@ -28,6 +28,7 @@ use crate::txn::TxSlot;
 mod alter_type;
 mod casts;
 pub mod colnames;
+mod colstorage_stmt;
 mod ddl;
 mod execute;
 mod explain;
@@ -599,6 +600,9 @@ impl StatementKind {
             | SqlStatement::CreateSequence { .. } => StatementKind::Ddl,
             SqlStatement::Call(f) if seqstmt::call_arguments(f).is_some() => StatementKind::Ddl,
             SqlStatement::Call(f) if setschema_stmt::call_arguments(f).is_some() => {
+                StatementKind::Ddl
+            }
+            SqlStatement::Call(f) if colstorage_stmt::call_arguments(f).is_some() => {
                 StatementKind::Ddl
             }
             SqlStatement::AlterSchema(_) => StatementKind::Ddl,

@@ -38,7 +38,17 @@ pub const PROCEDURE: &str = "tierdb_alter_sequence";
 /// other statements as they are.
 pub fn rewrite(sql: &str) -> Cow<'_, str> {
     let lower = sql.to_ascii_lowercase();
-    if !lower.contains("sequence") && !lower.contains("schema") && !lower.contains("view") {
+    if ![
+        "sequence",
+        "schema",
+        "view",
+        "storage",
+        "compression",
+        "statistics",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+    {
         return sql.into();
     }
     let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
@@ -59,6 +69,7 @@ pub fn rewrite(sql: &str) -> Cow<'_, str> {
     for s in &statements {
         match super::setschema_stmt::as_call(s)
             .or_else(|| super::setschema_stmt::view_rename(s))
+            .or_else(|| super::colstorage_stmt::as_call(s))
             .or_else(|| as_call(s))
             .or_else(|| reordered(s))
         {
