@@ -35,20 +35,7 @@ pub(super) fn as_call(tokens: &[Token]) -> Option<String> {
     if !keyword(alter, Keyword::ALTER) || !keyword(table, Keyword::TABLE) {
         return None;
     }
-    let mut rest = rest;
-    let mut if_exists = false;
-    if let [i, e, tail @ ..] = rest
-        && keyword(i, Keyword::IF)
-        && keyword(e, Keyword::EXISTS)
-    {
-        if_exists = true;
-        rest = tail;
-    }
-    if let [only, tail @ ..] = rest
-        && keyword(only, Keyword::ONLY)
-    {
-        rest = tail;
-    }
+    let (if_exists, rest) = super::setschema_stmt::if_exists_only(rest);
     // name (. name)* ALTER [COLUMN] column SET (STORAGE|COMPRESSION|STATISTICS) value
     let name_len = rest
         .iter()
@@ -63,13 +50,7 @@ pub(super) fn as_call(tokens: &[Token]) -> Option<String> {
     let [column, set, setting, value] = tail else {
         return None;
     };
-    let named = name.iter().enumerate().all(|(i, t)| {
-        if i % 2 == 0 {
-            matches!(t, Token::Word(_))
-        } else {
-            **t == Token::Period
-        }
-    });
+    let named = super::setschema_stmt::dotted_name(name);
     let setting_ok = [Keyword::STORAGE, Keyword::COMPRESSION, Keyword::STATISTICS]
         .into_iter()
         .any(|k| keyword(setting, k));

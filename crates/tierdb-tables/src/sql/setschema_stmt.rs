@@ -43,6 +43,29 @@ pub(super) fn as_call(tokens: &[Token]) -> Option<String> {
     } else {
         return None;
     };
+    let (if_exists, rest) = if_exists_only(rest);
+    // name (word (. word)*) SET SCHEMA word
+    let [name @ .., set, schema_kw, schema] = rest else {
+        return None;
+    };
+    if !keyword(set, Keyword::SET)
+        || !keyword(schema_kw, Keyword::SCHEMA)
+        || !matches!(schema, Token::Word(_))
+        || !dotted_name(name)
+    {
+        return None;
+    }
+    let name: String = name.iter().map(|t| t.to_string()).collect();
+    let if_exists = if if_exists { "if exists" } else { "" };
+    Some(call_text(
+        tokens,
+        PROCEDURE,
+        &[kind, &name, &schema.to_string(), if_exists],
+    ))
+}
+
+/// `[IF EXISTS] [ONLY] …` after `ALTER TABLE`: whether IF EXISTS was written, and the rest.
+pub(super) fn if_exists_only<'a>(rest: &'a [&'a Token]) -> (bool, &'a [&'a Token]) {
     let mut rest = rest;
     let mut if_exists = false;
     if let [i, e, tail @ ..] = rest
@@ -57,32 +80,19 @@ pub(super) fn as_call(tokens: &[Token]) -> Option<String> {
     {
         rest = tail;
     }
-    // name (word (. word)*) SET SCHEMA word
-    let [name @ .., set, schema_kw, schema] = rest else {
-        return None;
-    };
-    if !keyword(set, Keyword::SET)
-        || !keyword(schema_kw, Keyword::SCHEMA)
-        || !matches!(schema, Token::Word(_))
-        || name.is_empty()
-        || !name.iter().enumerate().all(|(i, t)| {
+    (if_exists, rest)
+}
+
+/// Whether `name` is a relation's name: words joined by periods (`s.t`).
+pub(super) fn dotted_name(name: &[&Token]) -> bool {
+    name.len() % 2 == 1
+        && name.iter().enumerate().all(|(i, t)| {
             if i % 2 == 0 {
                 matches!(t, Token::Word(_))
             } else {
                 **t == Token::Period
             }
         })
-        || name.len() % 2 == 0
-    {
-        return None;
-    }
-    let name: String = name.iter().map(|t| t.to_string()).collect();
-    let if_exists = if if_exists { "if exists" } else { "" };
-    Some(call_text(
-        tokens,
-        PROCEDURE,
-        &[kind, &name, &schema.to_string(), if_exists],
-    ))
 }
 
 /// The text of an `ALTER VIEW [IF EXISTS] name RENAME TO new` statement's tokens as
