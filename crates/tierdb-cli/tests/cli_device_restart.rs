@@ -217,7 +217,15 @@ fn tierdb_warm_fills_the_device_tier_for_the_next_process() {
         let mut args = vec!["warm", db_s];
         args.extend_from_slice(tables);
         args.extend_from_slice(&["--cache-dir", cache_s, "--cache-bytes", "256MiB"]);
-        String::from_utf8(tierdb(&args).stdout).unwrap()
+        let out = tierdb(&args);
+        // What a failed assertion shows: the output, the warnings (foyer's included) and
+        // the statistics the process left in the cache directory.
+        format!(
+            "{}\n--- stderr\n{}\n--- STATS.json\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            saved_stats(&cache)
+        )
     };
     let first = warm(&["lineorder"]);
     assert!(first.starts_with("warmed 1 object,"), "{first}");
