@@ -303,6 +303,10 @@ impl WorkerService {
                 {
                     datafusion::execution::FunctionRegistry::register_udf(&mut state, f)?;
                 }
+                // And text read as PostgreSQL reads it (`textin`).
+                for f in crate::textin::functions() {
+                    datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(f))?;
+                }
                 // And PostgreSQL's `sum`, whose narrow-integer input is cast inside its
                 // accumulator (DataFusion's own `sum` has no INT accumulator).
                 datafusion::execution::FunctionRegistry::register_udaf(

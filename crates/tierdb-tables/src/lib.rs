@@ -60,6 +60,7 @@ pub mod setschema;
 pub mod sleep;
 pub mod sql;
 pub mod tables;
+pub mod textin;
 pub mod textvalue;
 mod tochar;
 mod tochar_time;

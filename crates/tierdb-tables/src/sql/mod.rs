@@ -197,6 +197,9 @@ impl SqlEngine {
         analyzer.push(Arc::new(crate::pgarith::PgArithmetic::default()));
         // Three-valued logic the simplifier's IN-list algebra would lose (`inlist.rs`).
         analyzer.push(Arc::new(crate::inlist::NullSafeInLists));
+        // Text read into dates, times, timestamps and NUMERIC as PostgreSQL reads it, in
+        // the session's TimeZone (`textin`).
+        analyzer.push(Arc::new(crate::textin::PgTextInput::default()));
         let check = || Arc::new(InterruptCheck);
         let mut state = datafusion::execution::SessionStateBuilder::new()
             .with_config(config)
@@ -261,6 +264,9 @@ impl SqlEngine {
         }
         ctx.register_udf(crate::sleep::function());
         ctx.register_udf(crate::tochar::function());
+        for f in crate::textin::functions() {
+            ctx.register_udf(f);
+        }
         let url = url::Url::parse(STORE_URL).map_err(|e| TableError::Schema(e.to_string()))?;
         ctx.register_object_store(&url, Arc::new(tables.df_store().clone()));
         let counters = Arc::new(ScanCounters::default());
