@@ -36,6 +36,11 @@ STATEMENTS = [
      "j.payload || '!' AS shout", None),
     ("UPDATE jobs SET tries = %s WHERE id = %s RETURNING id, tries * 2 AS twice", (7, 5)),
     ("UPDATE jobs SET state = 'done' WHERE false RETURNING id", None),
+    # A key compared with NULL is never true: nothing changes (tierdb changed every row
+    # once the optimizer had simplified the pushed-down `id = NULL` to NULL).
+    ("UPDATE jobs SET tries = 99 WHERE id IN (CAST(NULL AS INT)) RETURNING id", None),
+    ("DELETE FROM jobs WHERE id IN (NULL) RETURNING id", None),
+    ("DELETE FROM jobs WHERE id = %s RETURNING id", (None,)),
     ("DELETE FROM jobs WHERE state = 'running' RETURNING *", None),
     ("DELETE FROM jobs WHERE id = %s RETURNING id, payload", (5,)),
     ("DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE tries > 0 ORDER BY id LIMIT 1) "

@@ -125,6 +125,15 @@ pub(crate) fn within(def: &TableDef, filters: &[Expr]) -> Result<Within> {
     let (mut lo, mut hi): (Option<IntBound>, Option<IntBound>) = (None, None);
     let mut ty = None;
     for f in conjuncts {
+        // An exact filter the optimizer simplified again after pushing it down: `id =
+        // NULL` (a NULL parameter bound into `id = $1`, or `id IN (NULL)`) becomes the
+        // literal NULL, which is never true. Skipping it as not exact read every row, and
+        // a DELETE deleted them all.
+        if let Expr::Literal(v, _) = f
+            && (v.is_null() || *v == ScalarValue::Boolean(Some(false)))
+        {
+            return Ok(Within::Nothing);
+        }
         let Some((op, value, t)) = exact_parts(def, f) else {
             continue;
         };
@@ -298,5 +307,19 @@ mod tests {
             Within::Nothing,
             "a comparison with NULL is never true"
         );
+        // The same comparison simplified to a literal after it was pushed down (`id IN
+        // (NULL)`, `id = $1` bound to NULL): still nothing, not every row.
+        for never in [
+            lit(ScalarValue::Boolean(None)),
+            lit(false),
+            lit(ScalarValue::Null),
+        ] {
+            assert_eq!(within(&d, &[never.clone()]).unwrap(), Within::Nothing);
+            assert_eq!(
+                within(&d, &[col("id").gt(lit(1i32)).and(never)]).unwrap(),
+                Within::Nothing
+            );
+        }
+        assert_eq!(within(&d, &[lit(true)]).unwrap(), Within::Any);
     }
 }
