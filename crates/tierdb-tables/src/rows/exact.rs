@@ -314,7 +314,10 @@ mod tests {
             lit(false),
             lit(ScalarValue::Null),
         ] {
-            assert_eq!(within(&d, &[never.clone()]).unwrap(), Within::Nothing);
+            assert_eq!(
+                within(&d, std::slice::from_ref(&never)).unwrap(),
+                Within::Nothing
+            );
             assert_eq!(
                 within(&d, &[col("id").gt(lit(1i32)).and(never)]).unwrap(),
                 Within::Nothing
