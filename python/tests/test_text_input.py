@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sqlcheck import engines  # noqa: E402
+from test_types import sqlstates  # noqa: E402
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -45,18 +47,6 @@ def both():
         yield pg, td
         pg.close()
         td.close()
-
-
-def sqlstates(both, sql):
-    """The SQLSTATE `sql` fails with on PostgreSQL and on tierdb (None: it ran)."""
-    states = []
-    for conn in both:
-        try:
-            conn.execute(sql)
-            states.append(None)
-        except psycopg.Error as e:
-            states.append(e.sqlstate)
-    return states
 
 
 def quote(t):

@@ -140,40 +140,48 @@ impl ScalarUDFImpl for Rint {
 
 impl AnalyzerRule for PgArithmetic {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            let schema = match &node {
-                LogicalPlan::TableScan(_) | LogicalPlan::Values(_) => {
-                    node.schema().as_ref().clone()
-                }
-                _ => datafusion::logical_expr::utils::merge_schema(&node.inputs()),
-            };
-            let names = NamePreserver::new(&node);
-            let t = node.map_expressions(|e| {
-                let saved = names.save(&e);
-                e.transform_up(|e| {
-                    let t = widen(e, &schema)?;
-                    if t.transformed {
-                        return Ok(t);
-                    }
-                    let t = date_interval(t.data, &schema)?;
-                    if t.transformed {
-                        return Ok(t);
-                    }
-                    integer_cast(t.data, &schema, &self.rint)
-                })
-                .map(|t| t.update_data(|e| saved.restore(e)))
-            })?;
-            // A parent's schema names its children's types: recompute every node's.
-            t.data
-                .recompute_schema()
-                .map(|p| Transformed::new_transformed(p, t.transformed))
+        rewrite_expressions(plan, |e, schema| {
+            let t = widen(e, schema)?;
+            if t.transformed {
+                return Ok(t);
+            }
+            let t = date_interval(t.data, schema)?;
+            if t.transformed {
+                return Ok(t);
+            }
+            integer_cast(t.data, schema, &self.rint)
         })
-        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
         "tierdb_pg_arithmetic"
     }
+}
+
+/// `plan` with `rewrite` applied bottom-up to every expression of every node (subqueries
+/// included), given the schema the node's expressions read; output names are kept and
+/// every node's schema recomputed (a parent's schema names its children's types). The
+/// walk of the analyzer rules that retype expressions (this one, `textin`).
+pub(crate) fn rewrite_expressions(
+    plan: LogicalPlan,
+    rewrite: impl Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
+) -> Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        let schema = match &node {
+            LogicalPlan::TableScan(_) | LogicalPlan::Values(_) => node.schema().as_ref().clone(),
+            _ => datafusion::logical_expr::utils::merge_schema(&node.inputs()),
+        };
+        let names = NamePreserver::new(&node);
+        let t = node.map_expressions(|e| {
+            let saved = names.save(&e);
+            e.transform_up(|e| rewrite(e, &schema))
+                .map(|t| t.update_data(|e| saved.restore(e)))
+        })?;
+        t.data
+            .recompute_schema()
+            .map(|p| Transformed::new_transformed(p, t.transformed))
+    })
+    .map(|t| t.data)
 }
 
 fn widen(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {

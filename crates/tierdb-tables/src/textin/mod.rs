@@ -35,10 +35,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
     ScalarUDFImpl, Signature, TypeSignature, Volatility,
@@ -313,27 +312,7 @@ impl AnalyzerRule for PgTextInput {
             .as_deref()
             .unwrap_or(UTC)
             .to_string();
-        plan.transform_up_with_subqueries(|node| {
-            let schema = match &node {
-                LogicalPlan::TableScan(_) | LogicalPlan::Values(_) => {
-                    node.schema().as_ref().clone()
-                }
-                _ => datafusion::logical_expr::utils::merge_schema(&node.inputs()),
-            };
-            let names = NamePreserver::new(&node);
-            let t = node.map_expressions(|e| {
-                let saved = names.save(&e);
-                e.transform_up(|e| self.rewrite(e, &schema, &zone))
-                    .map(|t| t.update_data(|e| saved.restore(e)))
-            })?;
-            if !t.transformed {
-                return Ok(t);
-            }
-            t.data
-                .recompute_schema()
-                .map(|p| Transformed::new_transformed(p, true))
-        })
-        .map(|t| t.data)
+        crate::pgarith::rewrite_expressions(plan, |e, schema| self.rewrite(e, schema, &zone))
     }
 
     fn name(&self) -> &str {
