@@ -491,6 +491,20 @@ fn fix(e: Expr, schema: &DFSchema) -> Result<Expr> {
                     let b = padded_literal(&b, n).expect("checked");
                     (a, b)
                 }
+                // `NULLIF('ab  ', c)`: the literal is compared as character(n) (padded),
+                // and is the result as written where it differs.
+                (None, Some(m)) if padded_literal(&a, m).is_some() => {
+                    let equal = Expr::BinaryExpr(BinaryExpr::new(
+                        Box::new(padded_literal(&a, m).expect("checked")),
+                        Operator::Eq,
+                        Box::new(b),
+                    ));
+                    return datafusion::logical_expr::when(
+                        equal,
+                        Expr::Literal(ScalarValue::Utf8(None), None),
+                    )
+                    .otherwise(a);
+                }
                 _ => (value(a, schema)?, value(b, schema)?),
             };
             f.args = vec![a, b];
@@ -574,6 +588,15 @@ mod tests {
         assert_eq!(
             fixed(col("c").in_list(vec![lit("a"), lit("bcd")], true)),
             r#"c NOT IN ([Utf8("a    "), Utf8("bcd  ")])"#
+        );
+        // NULLIF of a literal and a CHAR(n) column: compared padded, the literal as
+        // written is the result where they differ (sqlcheck seed 385848133).
+        assert_eq!(
+            fixed(datafusion::functions::core::expr_fn::nullif(
+                lit("ab  "),
+                col("c")
+            )),
+            r#"CASE WHEN Utf8("ab   ") = c THEN Utf8(NULL) ELSE Utf8("ab  ") END"#
         );
         // Longer than n: no CHAR(5) value equals it; compared as text, it matches nothing.
         assert_eq!(
