@@ -2,7 +2,7 @@
 (`crates/tierdb-tables/src/textin/`), against PostgreSQL 15 as the oracle, in a session
 whose TimeZone is not UTC: INSERTs of text literals (the casts type coercion plans),
 written casts, comparisons of columns with text, and the SQLSTATEs of text that is not a
-value. (Text sent as a driver parameter is decoded by the server before any cast: not
+value; and timestamps cast to text. (Text sent as a driver parameter is decoded by the server before any cast: not
 covered here yet.)
 
 Needs the `tierdb` binary (TIERDB_BIN) and PostgreSQL 15 (scripts/postgres.sh)."""
@@ -149,3 +149,20 @@ def test_limits_tierdb_has_are_named(both):
     with pytest.raises(psycopg.Error) as e:
         td.execute("SELECT '24:00:00'::time")
     assert "23:59:59.999999" in str(e.value)
+
+
+@pytest.mark.parametrize("expr", [
+    "tz::text", "ts::text", "tm::text", "d::text", "'at ' || ts", "CAST(tz AS VARCHAR)",
+    "ts::varchar(10)", "concat(tz, '!')", "tz || ''", "upper(ts::text)",
+])
+def test_timestamps_cast_to_text_are_written_as_postgresql_writes_them(both, expr):
+    """The other way (rule 7): a space, not `T`; a TIMESTAMPTZ in the session's zone with
+    its offset; no trailing zeros in a fraction."""
+    pg, td = both
+    create(both, "outs")
+    for k, texts in enumerate(TEXTS):
+        values = ", ".join(quote(t) for t in texts)
+        for conn in both:
+            conn.execute(f"INSERT INTO outs VALUES ({k}, {values})")
+    sql = f"SELECT k, {expr} AS x FROM outs ORDER BY k"
+    assert rows(td, sql) == rows(pg, sql)

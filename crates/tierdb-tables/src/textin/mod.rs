@@ -23,7 +23,13 @@
 //!    text (for NUMERIC the call is recognised by name).
 //! 6. Constant text is read once, by the optimizer's constant folding (the functions are
 //!    immutable given their arguments), so a comparison with a literal still prunes.
+//! 7. The other way: a TIMESTAMP, TIMESTAMPTZ or TIME cast to a string type (`ts::text`,
+//!    `'at ' || ts`, `concat(tz, …)`: the casts coercion plans) is written as PostgreSQL
+//!    writes it ([`out`]): a space, not `T`; a TIMESTAMPTZ in the session's TimeZone with
+//!    its offset (`-05`), not UTC with `Z`; no trailing zeros in a fraction. The cast's
+//!    own target field is kept (`sql/casts.rs`).
 
+pub mod out;
 pub mod parse;
 
 use std::sync::Arc;
@@ -105,6 +111,7 @@ pub fn functions() -> Vec<ScalarUDF> {
     Kind::ALL
         .into_iter()
         .map(|kind| ScalarUDF::new_from_impl(TextIn::new(kind)))
+        .chain([ScalarUDF::new_from_impl(out::DatetimeOut::default())])
         .collect()
 }
 
@@ -242,6 +249,7 @@ impl ScalarUDFImpl for TextIn {
 #[derive(Debug)]
 pub struct PgTextInput {
     udfs: Vec<(Kind, Arc<ScalarUDF>)>,
+    out: Arc<ScalarUDF>,
 }
 
 impl Default for PgTextInput {
@@ -251,6 +259,7 @@ impl Default for PgTextInput {
                 .into_iter()
                 .map(|k| (k, Arc::new(ScalarUDF::new_from_impl(TextIn::new(k)))))
                 .collect(),
+            out: Arc::new(ScalarUDF::new_from_impl(out::DatetimeOut::default())),
         }
     }
 }
@@ -270,6 +279,26 @@ impl PgTextInput {
             return Ok(Transformed::no(e));
         };
         let to = c.field.data_type();
+        if matches!(
+            to,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ) {
+            // Rule 7.
+            return Ok(match c.expr.get_type(schema) {
+                Ok(from) if out::written_by_us(&from) => {
+                    let zone = Expr::Literal(ScalarValue::Utf8(Some(zone.into())), None);
+                    let call = Expr::ScalarFunction(ScalarFunction::new_udf(
+                        self.out.clone(),
+                        vec![c.expr.as_ref().clone(), zone],
+                    ));
+                    Transformed::yes(Expr::Cast(Cast {
+                        expr: Box::new(call),
+                        field: c.field.clone(),
+                    }))
+                }
+                _ => Transformed::no(e),
+            });
+        }
         let Some(kind) = Kind::for_target(to) else {
             return Ok(Transformed::no(e));
         };
