@@ -2,8 +2,7 @@
 (`crates/tierdb-tables/src/textin/`), against PostgreSQL 15 as the oracle, in a session
 whose TimeZone is not UTC: INSERTs of text literals (the casts type coercion plans),
 written casts, comparisons of columns with text, and the SQLSTATEs of text that is not a
-value; and timestamps cast to text. (Text sent as a driver parameter is decoded by the server before any cast: not
-covered here yet.)
+value; the same text sent as driver parameters; and timestamps cast to text.
 
 Needs the `tierdb` binary (TIERDB_BIN) and PostgreSQL 15 (scripts/postgres.sh)."""
 
@@ -79,6 +78,22 @@ def test_inserted_text_is_read_as_postgresql_reads_it(both):
     # NUMERIC's text form too: its scale.
     sql = "SELECT k, n::text, nu::text FROM lit ORDER BY k"
     assert rows(td, sql) == rows(pg, sql)
+
+
+def test_text_parameters_are_read_as_postgresql_reads_them(both):
+    """The same text sent as driver parameters (psycopg sends a str untyped; the server
+    reads it as the column's type, `tierdb-pgwire/src/timeparams.rs`)."""
+    create(both, "par")
+    for k, texts in enumerate(TEXTS):
+        for conn in both:
+            conn.execute("INSERT INTO par VALUES (%s, %s, %s, %s, %s, %s, %s)", (k, *texts))
+    pg, td = both
+    sql = "SELECT * FROM par ORDER BY k"
+    assert rows(td, sql) == rows(pg, sql)
+    # And compared: text parameters against the columns.
+    for k, texts in enumerate(TEXTS):
+        sql = "SELECT k FROM par WHERE tz = %s AND ts = %s AND d = %s AND tm = %s ORDER BY k"
+        assert td.execute(sql, texts[:4]).fetchall() == pg.execute(sql, texts[:4]).fetchall()
 
 
 @pytest.mark.parametrize("sql", [

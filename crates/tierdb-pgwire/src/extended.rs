@@ -312,7 +312,7 @@ impl ExtendedQueryHandler for Extended {
                         ),
                     ));
                 }
-                let values = bind_parameters(portal, &types)?;
+                let values = bind_parameters(portal, &types, &session.time_zone())?;
                 plan.replace_params_with_values(&values)
                     .map(Some)
                     .map_err(|e| user_error("22023", format!("cannot bind the parameters: {e}")))
@@ -388,6 +388,7 @@ fn same_columns(a: &datafusion::common::DFSchemaRef, b: &datafusion::common::DFS
 fn bind_parameters(
     portal: &Portal<Prepared>,
     types: &[Option<DataType>],
+    zone: &str,
 ) -> PgWireResult<ParamValues> {
     let as_text = crate::textparams::text_parameters(portal)?;
     let portal = as_text.as_ref().unwrap_or(portal);
@@ -395,6 +396,20 @@ fn bind_parameters(
     let (portal, mut ours) = match &numeric {
         Some((p, decoded)) => (p, decoded.clone()),
         None => (portal, Vec::new()),
+    };
+    // Dates and times sent as text (`timeparams.rs`), read in the session's TimeZone.
+    let datetimes = crate::timeparams::take_datetimes(portal, types, zone)?;
+    let portal = match &datetimes {
+        Some((p, decoded)) => {
+            ours.resize(decoded.len(), None);
+            for (slot, d) in ours.iter_mut().zip(decoded) {
+                if d.is_some() {
+                    *slot = d.clone();
+                }
+            }
+            p
+        }
+        None => portal,
     };
     let hinted = |i: usize| {
         portal

@@ -62,6 +62,7 @@ mod systemcols;
 mod sysviews;
 mod tableoid;
 mod textparams;
+mod timeparams;
 mod tls;
 
 use std::sync::Arc;

@@ -168,37 +168,57 @@ pub(crate) fn take_numeric<S: Clone>(
     inferred: &[Option<DataType>],
 ) -> PgWireResult<Option<(Portal<S>, Vec<Option<ScalarValue>>)>> {
     let types = &portal.statement.parameter_types;
+    take_decoded(
+        portal,
+        |i, _| is_numeric(types, inferred, i),
+        |_, bytes, binary| {
+            let text = if binary {
+                binary_text(bytes)?
+            } else {
+                std::str::from_utf8(bytes)
+                    .map_err(|_| "a numeric is not UTF-8 text".to_string())?
+                    .to_string()
+            };
+            from_text(&text)
+        },
+    )
+}
+
+/// The parameters of `portal` that `wanted(i, binary)` picks, decoded by `decode(i, bytes,
+/// binary)` (`None` at the others, and at NULLs, which arrow-pg types), and the portal with
+/// those given to arrow-pg as NULL; `None` when none is picked. A decoding error fails with
+/// 22P02 naming the parameter.
+#[allow(clippy::type_complexity)]
+pub(crate) fn take_decoded<S: Clone>(
+    portal: &Portal<S>,
+    wanted: impl Fn(usize, bool) -> bool,
+    decode: impl Fn(usize, &[u8], bool) -> Result<ScalarValue, String>,
+) -> PgWireResult<Option<(Portal<S>, Vec<Option<ScalarValue>>)>> {
     let n = portal.parameters.len();
-    if !(0..n).any(|i| is_numeric(types, inferred, i)) {
+    let binary = |i: usize| portal.parameter_format.is_binary(i);
+    if !(0..n).any(|i| wanted(i, binary(i))) {
         return Ok(None);
     }
     let mut decoded = vec![None; n];
     let mut values = portal.parameters.clone();
     let mut formats = Vec::with_capacity(n);
     for (i, value) in portal.parameters.iter().enumerate() {
-        let binary = portal.parameter_format.is_binary(i);
-        formats.push(i16::from(binary));
-        if !is_numeric(types, inferred, i) {
+        formats.push(i16::from(binary(i)));
+        if !wanted(i, binary(i)) {
             continue;
         }
         let Some(bytes) = value else {
             continue; // NULL: arrow-pg's typed NULL.
         };
-        let bad = |e: String| user_error("22P02", format!("parameter ${}: {e}", i + 1));
-        let text = if binary {
-            binary_text(bytes).map_err(bad)?
-        } else {
-            std::str::from_utf8(bytes)
-                .map_err(|_| bad("a numeric is not UTF-8 text".into()))?
-                .to_string()
-        };
-        decoded[i] = Some(from_text(&text).map_err(bad)?);
+        let value = decode(i, bytes, binary(i))
+            .map_err(|e| user_error("22P02", format!("parameter ${}: {e}", i + 1)))?;
+        decoded[i] = Some(value);
         values[i] = None;
     }
     let statement = StoredStatement::new(
         portal.statement.id.clone(),
         portal.statement.statement.clone(),
-        types.clone(),
+        portal.statement.parameter_types.clone(),
     );
     let mut out = Portal::new_cursor(portal.name.clone(), Arc::new(statement));
     out.parameter_format = Format::Individual(formats);
