@@ -181,3 +181,17 @@ def test_timestamps_cast_to_text_are_written_as_postgresql_writes_them(both, exp
             conn.execute(f"INSERT INTO outs VALUES ({k}, {values})")
     sql = f"SELECT k, {expr} AS x FROM outs ORDER BY k"
     assert rows(td, sql) == rows(pg, sql)
+
+
+@pytest.mark.parametrize("text", [
+    "1 day", "1 day 02:00:00", "-1 days +02:00:00", "1 year 2 mons -3 days", "@ 1 hour ago",
+    "P1DT2H", "02:00:00", "1.5 hours", "1 week", "1 mon 2 days 03:04:05.5", "-02:30",
+    "3 days ago", "1.25 mon", "1.5 years", "90",
+])
+def test_interval_text_is_read_as_postgresql_reads_it(both, text):
+    """INTERVAL text in PostgreSQL's forms, its own output among them (`textin/interval.rs`;
+    the literal syntax through `parsefix.rs` rule 9)."""
+    pg, td = both
+    sql = f"SELECT INTERVAL {quote(text)} AS a, {quote(text)}::interval AS b, " \
+          f"timestamp '2024-01-31 10:00' + {quote(text)}::interval AS c"
+    assert rows(td, sql) == rows(pg, sql)

@@ -32,6 +32,13 @@
 //!    76 digits, 20 after the point), which is shown without trailing zeros: DataFusion
 //!    casts it to DECIMAL(38,10), so `1.5::numeric` showed `1.5000000000` and a value
 //!    with more than 28 integer digits failed.
+//! 9. `INTERVAL '…'` whose text Arrow's parser does not read as PostgreSQL does (`'1 day
+//!    02:00:00'`, which is how PostgreSQL writes an interval; `'@ 1 hour ago'`, `'P1DT2H'`;
+//!    `'1.25 mon'`, whose fraction of a month Arrow drops past whole days) is the cast
+//!    `CAST('…' AS INTERVAL)`, which reads PostgreSQL's forms (`textin/interval.rs`):
+//!    DataFusion parses the literal while planning, before any rule could. Text Arrow
+//!    reads stays a literal (DATE plus a literal of whole days stays a DATE, `pgarith.rs`
+//!    rule 4).
 
 use std::ops::ControlFlow;
 
@@ -66,6 +73,7 @@ impl VisitorMut for Repair {
         text_type_casts(e);
         unconstrained_numeric_casts(e);
         crate::intervalmul::rewrite(e);
+        interval_literals(e);
         crate::charcast::repair(e);
         if matches!(e, Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..)) {
             let taken = std::mem::replace(
@@ -119,6 +127,45 @@ fn plain_digits(n: &str) -> Option<String> {
     } else {
         format!("{whole}.{after}")
     })
+}
+
+/// Rule 9.
+fn interval_literals(e: &mut Expr) {
+    use datafusion::sql::sqlparser::ast::{CastKind, DataType, Value};
+    let Expr::Interval(i) = e else {
+        return;
+    };
+    if i.leading_field.is_some() || i.last_field.is_some() {
+        return;
+    }
+    let Expr::Value(v) = i.value.as_ref() else {
+        return;
+    };
+    let Value::SingleQuotedString(text) = &v.value else {
+        return;
+    };
+    let arrow =
+        datafusion::arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(text);
+    match (arrow, crate::textin::interval::interval(text)) {
+        // Read alike (or only by Arrow): the literal stays.
+        (Ok(a), Ok((months, days, micros)))
+            if (a.months, a.days, a.nanoseconds) == (months, days, micros.saturating_mul(1000)) =>
+        {
+            return;
+        }
+        (Ok(_), Err(_)) => return,
+        _ => {}
+    }
+    *e = Expr::Cast {
+        kind: CastKind::Cast,
+        expr: i.value.clone(),
+        data_type: DataType::Interval {
+            fields: None,
+            precision: None,
+        },
+        array: false,
+        format: None,
+    };
 }
 
 /// Rule 8.

@@ -8,7 +8,8 @@
 //! into a TIMESTAMP (without time zone) was applied where PostgreSQL ignores it; and
 //! `'1e5'::numeric` failed.
 //!
-//! 1. Every cast from a string type to TIMESTAMP, TIMESTAMPTZ, DATE, TIME or NUMERIC in a
+//! 1. Every cast from a string type to TIMESTAMP, TIMESTAMPTZ, DATE, TIME, NUMERIC or
+//!    INTERVAL ([`interval`]; text it does not read goes to Arrow's parser) in a
 //!    plan, written (`'…'::timestamptz`, `CAST(x AS DATE)`) or made by type coercion (an
 //!    INSERT's text into a column, `ts_col > '2024-05-17 10:00'`), becomes a call of a
 //!    `tierdb_*_in` function reading PostgreSQL's forms ([`parse`]), cast on to the planned
@@ -29,6 +30,7 @@
 //!    its offset (`-05`), not UTC with `Z`; no trailing zeros in a fraction. The cast's
 //!    own target field is kept (`sql/casts.rs`).
 
+pub mod interval;
 pub mod out;
 pub mod parse;
 
@@ -36,10 +38,10 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::timezone::Tz;
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Date32Array, StringArray, Time64MicrosecondArray,
-    TimestampMicrosecondArray,
+    Array, ArrayRef, AsArray, Date32Array, IntervalMonthDayNanoArray, StringArray,
+    Time64MicrosecondArray, TimestampMicrosecondArray,
 };
-use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit, TimeUnit};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result, ScalarValue};
@@ -60,15 +62,17 @@ enum Kind {
     Date,
     Time,
     Numeric,
+    Interval,
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [
+    const ALL: [Kind; 6] = [
         Kind::Timestamp,
         Kind::TimestampTz,
         Kind::Date,
         Kind::Time,
         Kind::Numeric,
+        Kind::Interval,
     ];
 
     fn name(self) -> &'static str {
@@ -78,6 +82,7 @@ impl Kind {
             Kind::Date => "tierdb_date_in",
             Kind::Time => "tierdb_time_in",
             Kind::Numeric => "tierdb_numeric_in",
+            Kind::Interval => "tierdb_interval_in",
         }
     }
 
@@ -88,6 +93,7 @@ impl Kind {
             Kind::Date => DataType::Date32,
             Kind::Time => DataType::Time64(TimeUnit::Microsecond),
             Kind::Numeric => DataType::Utf8,
+            Kind::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
         }
     }
 
@@ -99,6 +105,7 @@ impl Kind {
             DataType::Date32 => Kind::Date,
             DataType::Time64(_) => Kind::Time,
             DataType::Decimal128(..) | DataType::Decimal256(..) => Kind::Numeric,
+            DataType::Interval(_) => Kind::Interval,
             _ => return None,
         })
     }
@@ -219,6 +226,13 @@ impl ScalarUDFImpl for TextIn {
                 }
                 Arc::new(Time64MicrosecondArray::from(v))
             }
+            Kind::Interval => {
+                let mut v = Vec::with_capacity(texts.len());
+                for t in texts.iter() {
+                    v.push(t.map(interval_value).transpose().map_err(failed)?);
+                }
+                Arc::new(IntervalMonthDayNanoArray::from(v))
+            }
             Kind::Numeric => {
                 let scale = match args.args.get(1) {
                     Some(ColumnarValue::Scalar(ScalarValue::Int64(Some(s)))) => {
@@ -242,6 +256,24 @@ impl ScalarUDFImpl for TextIn {
         } else {
             ColumnarValue::Array(out)
         })
+    }
+}
+
+/// An INTERVAL from its text: PostgreSQL's forms ([`interval`]), else Arrow's parser's
+/// (which reads a few PostgreSQL does not, as it did before), else PostgreSQL's error.
+fn interval_value(
+    text: &str,
+) -> std::result::Result<IntervalMonthDayNano, crate::error::TableError> {
+    match interval::interval(text) {
+        Ok((months, days, micros)) => Ok(IntervalMonthDayNano::new(
+            months,
+            days,
+            micros.saturating_mul(1000),
+        )),
+        Err(e) => {
+            datafusion::arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(text)
+                .map_err(|_| e)
+        }
     }
 }
 
