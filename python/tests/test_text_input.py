@@ -59,6 +59,15 @@ def create(both, name):
                      "tm TIME, n NUMERIC(10,2), nu NUMERIC(20,6))")
 
 
+def filled(both, name):
+    """Table `name` made afresh on both servers, with TEXTS inserted as literals."""
+    create(both, name)
+    for k, texts in enumerate(TEXTS):
+        values = ", ".join(quote(t) for t in texts)
+        for conn in both:
+            conn.execute(f"INSERT INTO {name} VALUES ({k}, {values})")
+
+
 def rows(conn, sql):
     return conn.execute(sql).fetchall()
 
@@ -67,11 +76,7 @@ def test_inserted_text_is_read_as_postgresql_reads_it(both):
     """Text literals in INSERT … VALUES: wall-clock time in the session's TimeZone for
     TIMESTAMPTZ, offsets dropped for TIMESTAMP, minutes without seconds, 24:00:00, DST
     gaps and folds, exponents and rounding for NUMERIC."""
-    create(both, "lit")
-    for k, texts in enumerate(TEXTS):
-        values = ", ".join(quote(t) for t in texts)
-        for conn in both:
-            conn.execute(f"INSERT INTO lit VALUES ({k}, {values})")
+    filled(both, "lit")
     pg, td = both
     sql = "SELECT * FROM lit ORDER BY k"
     assert rows(td, sql) == rows(pg, sql)
@@ -128,11 +133,7 @@ def test_written_casts_read_text_as_postgresql_reads_it(both, sql):
 ])
 def test_columns_compared_with_text_as_postgresql_compares(both, where):
     pg, td = both
-    create(both, "cmp")
-    for k, texts in enumerate(TEXTS):
-        values = ", ".join(quote(t) for t in texts)
-        for conn in both:
-            conn.execute(f"INSERT INTO cmp VALUES ({k}, {values})")
+    filled(both, "cmp")
     sql = f"SELECT k FROM cmp WHERE {where} ORDER BY k"
     assert rows(td, sql) == rows(pg, sql)
 
@@ -174,11 +175,7 @@ def test_timestamps_cast_to_text_are_written_as_postgresql_writes_them(both, exp
     """The other way (rule 7): a space, not `T`; a TIMESTAMPTZ in the session's zone with
     its offset; no trailing zeros in a fraction."""
     pg, td = both
-    create(both, "outs")
-    for k, texts in enumerate(TEXTS):
-        values = ", ".join(quote(t) for t in texts)
-        for conn in both:
-            conn.execute(f"INSERT INTO outs VALUES ({k}, {values})")
+    filled(both, "outs")
     sql = f"SELECT k, {expr} AS x FROM outs ORDER BY k"
     assert rows(td, sql) == rows(pg, sql)
 
