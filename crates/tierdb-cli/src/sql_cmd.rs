@@ -434,6 +434,7 @@ fn import_options(args: &ImportArgs, threads: usize) -> CliResult<ImportOptions>
             .unwrap_or_else(|| PathBuf::from(format!("{}.rejects", args.table))),
         threads,
         transaction: None,
+        time_zone: None,
     })
 }
 
@@ -597,6 +598,7 @@ pub async fn run_ssb(cmd: SsbCommand) -> CliResult {
                         reject_file: PathBuf::from(format!("{table}.rejects")),
                         threads,
                         transaction: None,
+                        time_zone: None,
                     };
                     let s = import_with_progress(&engine, &table, &paths, &options).await?;
                     total.0 += s.rows;

@@ -379,6 +379,7 @@ fn import_options(dir: &Path, max_rejects: u64) -> ImportOptions {
         reject_file: dir.join("rejects.txt"),
         threads: 2,
         transaction: None,
+        time_zone: None,
     }
 }
 

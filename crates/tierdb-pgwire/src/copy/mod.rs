@@ -275,6 +275,8 @@ impl ConnState {
             reject_file: rejects.path().to_path_buf(),
             threads: 2,
             transaction: c.session.transaction(),
+            // Text without an offset is the session's wall-clock time, as in a statement.
+            time_zone: c.session.time_zone().parse().ok(),
         };
         let summary = tierdb_tables::import::import(
             c.session.tables().clone(),

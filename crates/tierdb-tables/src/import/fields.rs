@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use datafusion::arrow::array::timezone::Tz;
 use datafusion::arrow::array::{
     ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Decimal256Builder,
     Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder, RecordBatch,
@@ -15,7 +16,8 @@ use datafusion::arrow::datatypes::{
 };
 
 use crate::catalog::{ColumnType, DECIMAL128_MAX_PRECISION, TableDef};
-use crate::error::Result;
+use crate::error::{Result, TableError};
+use crate::textin::parse as textin;
 
 use super::{COPY_NULL, Chunk, Format, Rejects};
 
@@ -58,14 +60,15 @@ enum Col {
     Dec(Decimal128Builder, u8, i8),
     /// NUMERIC of more than 38 digits.
     WideDec(Decimal256Builder, u8, i8),
-    /// Timestamps: with a time zone (an instant) or without.
-    Ts(TimestampMicrosecondBuilder, bool),
+    /// Timestamps: with a time zone (an instant; text without a zone is read in the
+    /// given one, the session's TimeZone) or without (`None`: the zone written is ignored).
+    Ts(TimestampMicrosecondBuilder, Option<Tz>),
     Time(Time64MicrosecondBuilder),
     Bin(BinaryBuilder),
 }
 
 impl Col {
-    fn new(ty: ColumnType, n: usize) -> Result<Col> {
+    fn new(ty: ColumnType, n: usize, zone: Tz) -> Result<Col> {
         let (precision, scale) = ty.decimal().unwrap_or((0, 0));
         Ok(match ty {
             ColumnType::Boolean => Col::Bool(BooleanBuilder::with_capacity(n)),
@@ -83,10 +86,10 @@ impl Col {
             ColumnType::Uuid | ColumnType::Json | ColumnType::Jsonb => {
                 Col::Typed(StringBuilder::with_capacity(n, n * 36), ty)
             }
-            ColumnType::Timestamp => Col::Ts(TimestampMicrosecondBuilder::with_capacity(n), false),
+            ColumnType::Timestamp => Col::Ts(TimestampMicrosecondBuilder::with_capacity(n), None),
             ColumnType::TimestampTz => Col::Ts(
                 TimestampMicrosecondBuilder::with_capacity(n).with_timezone(crate::catalog::UTC),
-                true,
+                Some(zone),
             ),
             ColumnType::Time => Col::Time(Time64MicrosecondBuilder::with_capacity(n)),
             ColumnType::Binary => Col::Bin(BinaryBuilder::with_capacity(n, n * 16)),
@@ -134,25 +137,30 @@ impl Col {
                 Some(Err(e)) => return Err(e.to_string()),
                 None => Value::Str(s),
             },
-            Col::Ts(_, tz) => Value::Ts(
-                crate::textvalue::timestamp_micros(t, *tz)
-                    .ok_or_else(|| format!("{s:?} is not a timestamp (YYYY-MM-DD HH:MM:SS)"))?,
+            // PostgreSQL's text forms (`textin::parse`): `2024-05-17 10:00`, offsets, zone
+            // names; the message says what is wrong with the text.
+            Col::Ts(_, None) => Value::Ts(
+                textin::timestamp(t, textin::TIMESTAMP)
+                    .map_err(|e| format!("{s:?} is not a timestamp: {}", reason(e)))?
+                    .local
+                    .and_utc()
+                    .timestamp_micros(),
             ),
+            Col::Ts(_, Some(zone)) => {
+                let w = textin::timestamp(t, textin::TIMESTAMPTZ)
+                    .map_err(|e| format!("{s:?} is not a timestamp: {}", reason(e)))?;
+                Value::Ts(textin::instant_micros(&w, zone))
+            }
             Col::Time(_) => Value::Time(
-                crate::textvalue::time_micros(t)
-                    .ok_or_else(|| format!("{s:?} is not a time (HH:MM:SS)"))?,
+                textin::time(t).map_err(|e| format!("{s:?} is not a time: {}", reason(e)))?,
             ),
             Col::Bin(_) => Value::Bin(
                 crate::textvalue::bytea(s)
                     .ok_or_else(|| format!("{s:?} is not BYTEA (\\x and hex digits)"))?,
             ),
-            Col::Date(_) => {
-                let d = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
-                    .map_err(|_| format!("{s:?} is not a date (YYYY-MM-DD)"))?;
-                let days = i32::try_from((d - chrono::NaiveDate::default()).num_days())
-                    .map_err(|_| format!("{s:?} is out of range"))?;
-                Value::Date(days)
-            }
+            Col::Date(_) => Value::Date(
+                textin::date(t).map_err(|e| format!("{s:?} is not a date: {}", reason(e)))?,
+            ),
             Col::Dec(_, p, sc) => Value::Dec(
                 parse_decimal_rounded::<Decimal128Type>(t, *p, *sc).ok_or_else(|| {
                     format!("{s:?} is not a DECIMAL({p},{sc}) (or is out of its range)")
@@ -218,18 +226,27 @@ impl Col {
     }
 }
 
+/// What is wrong with a date/time text, from `textin`'s PostgreSQL message.
+fn reason(e: TableError) -> String {
+    match e {
+        TableError::Column { message, .. } => message,
+        e => e.to_string(),
+    }
+}
+
 pub(super) fn parse_chunk(
     def: &TableDef,
     path: &Path,
     format: Format,
     chunk: &Chunk,
     rejects: &Rejects,
+    zone: Tz,
 ) -> Result<RecordBatch> {
     let n = chunk.used;
     let mut cols = def
         .columns
         .iter()
-        .map(|c| Col::new(c.ty, n))
+        .map(|c| Col::new(c.ty, n, zone))
         .collect::<Result<Vec<_>>>()?;
     let want = def.columns.len();
     let trailing_delimiter = format == Format::Tbl;
@@ -366,6 +383,7 @@ fn parse_decimal_rounded<T: DecimalType>(
 /// reads a spooled COPY (quoted CSV, `COPY_NULL` for NULL): the fuzz entry point
 /// `crate::fuzzing::copy_fields`. Returns how many fields decoded.
 pub(crate) fn decode_all_types(data: &[u8]) -> usize {
+    let zone: Tz = "America/New_York".parse().expect("a zone chrono-tz knows");
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -373,7 +391,7 @@ pub(crate) fn decode_all_types(data: &[u8]) -> usize {
         .from_reader(data);
     let mut cols: Vec<Col> = crate::fuzzing::TYPES
         .iter()
-        .filter_map(|&ty| Col::new(ty, 4).ok())
+        .filter_map(|&ty| Col::new(ty, 4, zone).ok())
         .collect();
     let mut decoded = 0;
     let mut record = csv::ByteRecord::new();

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::array::timezone::Tz;
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -87,6 +88,9 @@ pub struct ImportOptions {
     /// Leave the rows to this transaction's commit instead of committing them (COPY
     /// inside BEGIN … COMMIT).
     pub transaction: Option<Arc<crate::txn::Transaction>>,
+    /// The zone TIMESTAMPTZ text without an offset is read in (`2024-01-01 10:00` is
+    /// 10:00 there), as PostgreSQL reads it in the session's TimeZone; `None`: UTC.
+    pub time_zone: Option<Tz>,
 }
 
 /// Live counters for a progress display.
@@ -530,6 +534,10 @@ fn read_delimited(
     });
     let header =
         !matches!(format, Format::Tbl | Format::CopyText) && options.header.unwrap_or(true);
+    let zone: Tz = match options.time_zone {
+        Some(z) => z,
+        None => crate::catalog::UTC.parse()?,
+    };
     let file = File::open(path)
         .map_err(|e| TableError::Import(format!("cannot open {}: {e}", path.display())))?;
     let counted = CountingReader {
@@ -562,7 +570,7 @@ fn read_delimited(
                 loop {
                     let chunk = { chunk_rx.lock().recv() };
                     let Ok(chunk) = chunk else { break };
-                    let parsed = parse_chunk(def, path, format, &chunk, rejects);
+                    let parsed = parse_chunk(def, path, format, &chunk, rejects, zone);
                     // The chunk's records go back to the reader, to be read into again.
                     let _ = spare_tx.try_send(chunk);
                     match parsed {
