@@ -192,3 +192,53 @@ def test_interval_text_is_read_as_postgresql_reads_it(both, text):
     sql = f"SELECT INTERVAL {quote(text)} AS a, {quote(text)}::interval AS b, " \
           f"timestamp '2024-01-31 10:00' + {quote(text)}::interval AS c"
     assert rows(td, sql) == rows(pg, sql)
+
+
+def test_copied_text_is_read_as_postgresql_reads_it(both):
+    """COPY FROM reads the same forms (`import/fields.rs`): TIMESTAMPTZ text without an
+    offset is the session's wall-clock time (it was read in UTC), minutes without seconds,
+    zone names; then a bad value fails the COPY, copying nothing."""
+    create(both, "cp")
+    data = "".join(f"{k}\t" + "\t".join(texts[:4]) + "\t\\N\t\\N\n"
+                   for k, texts in enumerate(TEXTS))
+    for conn in both:
+        with conn.cursor().copy("COPY cp FROM STDIN") as copy:
+            copy.write(data)
+    pg, td = both
+    sql = "SELECT * FROM cp ORDER BY k"
+    assert rows(td, sql) == rows(pg, sql)
+    for bad in ["9\t2024-02-30 10:00\t\\N\t\\N\t\\N\t\\N\t\\N\n",
+                "9\t\\N\txx\t\\N\t\\N\t\\N\t\\N\n"]:
+        for conn in both:
+            with pytest.raises(psycopg.Error) as e:
+                with conn.cursor().copy("COPY cp FROM STDIN") as copy:
+                    copy.write(bad)
+            assert "2024-02-30" in str(e.value) or '"xx"' in str(e.value)
+    assert rows(td, "SELECT count(*) FROM cp") == [(len(TEXTS),)]
+
+
+@pytest.mark.parametrize("expr", [
+    "tz AT TIME ZONE 'UTC'", "tz AT TIME ZONE 'Asia/Kolkata'", "ts AT TIME ZONE 'UTC'",
+    "ts AT TIME ZONE 'Europe/Paris'", "tz AT TIME ZONE '+05'", "tz AT TIME ZONE 'utc'",
+    "timezone('America/Chicago', tz)", "d AT TIME ZONE 'UTC'",
+    "date_trunc('day', tz AT TIME ZONE 'Asia/Tokyo')", "(ts AT TIME ZONE 'UTC')::text",
+    "pg_typeof(tz AT TIME ZONE 'UTC')", "pg_typeof(ts AT TIME ZONE 'UTC')",
+])
+def test_at_time_zone_converts_as_postgresql_converts(both, expr):
+    """`AT TIME ZONE` (`textin/atzone.rs`): a TIMESTAMPTZ becomes the wall-clock TIMESTAMP
+    in the zone (it stayed the same instant), a TIMESTAMP the TIMESTAMPTZ it names there;
+    POSIX offsets count west, as in PostgreSQL."""
+    pg, td = both
+    filled(both, "atz")
+    sql = f"SELECT k, {expr} AS x FROM atz ORDER BY k"
+    assert rows(td, sql) == rows(pg, sql)
+
+
+def test_at_time_zone_groups_by_day_in_the_zone(both):
+    """A report by day in a zone, the query AT TIME ZONE answered wrongly before."""
+    pg, td = both
+    filled(both, "atg")
+    sql = ("SELECT (tz AT TIME ZONE 'Asia/Tokyo')::date AS day, count(*) FROM atg "
+           "GROUP BY 1 ORDER BY 1")
+    assert rows(td, sql) == rows(pg, sql)
+    assert sqlstates(both, "SELECT now() AT TIME ZONE 'Mars/Olympus'") == ["22023", "22023"]

@@ -63,23 +63,7 @@ pub(crate) fn repair(e: &mut Expr) {
         format: None,
     };
     let number = Expr::Value(ast::Value::Number(len.to_string(), false).into());
-    *e = Expr::Function(ast::Function {
-        name: ast::ObjectName(vec![ast::ObjectNamePart::Identifier(ast::Ident::new(name))]),
-        uses_odbc_syntax: false,
-        parameters: ast::FunctionArguments::None,
-        args: ast::FunctionArguments::List(ast::FunctionArgumentList {
-            duplicate_treatment: None,
-            args: vec![
-                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(arg)),
-                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(number)),
-            ],
-            clauses: vec![],
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: vec![],
-    });
+    *e = crate::parsefix::call(name, vec![arg, number]);
 }
 
 const VARCHAR: &str = "tierdb_varchar";

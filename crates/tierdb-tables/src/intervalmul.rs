@@ -22,8 +22,7 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, CastKind, DataType as SqlType, Expr as SqlExpr, Function, FunctionArg,
-    FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart,
+    BinaryOperator, CastKind, DataType as SqlType, Expr as SqlExpr,
 };
 
 const DAYS_PER_MONTH: f64 = 30.0;
@@ -195,24 +194,7 @@ pub fn rewrite(e: &mut SqlExpr) {
         array: false,
         format: None,
     };
-    let args = vec![span.as_ref().clone(), factor]
-        .into_iter()
-        .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
-        .collect();
-    *e = SqlExpr::Function(Function {
-        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args,
-            clauses: vec![],
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: vec![],
-    });
+    *e = crate::parsefix::call(name, vec![span.as_ref().clone(), factor]);
 }
 
 fn is_interval(e: &SqlExpr) -> bool {

@@ -39,6 +39,10 @@
 //!    DataFusion parses the literal while planning, before any rule could. Text Arrow
 //!    reads stays a literal (DATE plus a literal of whole days stays a DATE, `pgarith.rs`
 //!    rule 4).
+//! 10. `x AT TIME ZONE z` is `timezone(z, x)`, PostgreSQL's conversion between
+//!     TIMESTAMPTZ and wall-clock TIMESTAMP (`textin/atzone.rs`): DataFusion plans it as a
+//!     cast that only changes the zone a TIMESTAMPTZ is shown in, so `tz AT TIME ZONE
+//!     'UTC'` answered the same instant where PostgreSQL answers the time in UTC.
 
 use std::ops::ControlFlow;
 
@@ -74,6 +78,7 @@ impl VisitorMut for Repair {
         unconstrained_numeric_casts(e);
         crate::intervalmul::rewrite(e);
         interval_literals(e);
+        at_time_zone(e);
         crate::charcast::repair(e);
         if matches!(e, Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..)) {
             let taken = std::mem::replace(
@@ -168,6 +173,18 @@ fn interval_literals(e: &mut Expr) {
     };
 }
 
+/// Rule 10.
+fn at_time_zone(e: &mut Expr) {
+    if let Expr::AtTimeZone {
+        timestamp,
+        time_zone,
+    } = e
+    {
+        let args = vec![time_zone.as_ref().clone(), timestamp.as_ref().clone()];
+        *e = call(crate::textin::atzone::NAME, args);
+    }
+}
+
 /// Rule 8.
 fn unconstrained_numeric_casts(e: &mut Expr) {
     use datafusion::sql::sqlparser::ast::{DataType, ExactNumberInfo};
@@ -220,10 +237,7 @@ fn sequence_name_casts(e: &mut Expr) {
 
 /// Rule 3.
 fn text_type_casts(e: &mut Expr) {
-    use datafusion::sql::sqlparser::ast::{
-        Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
-        ObjectName, ObjectNamePart, Value,
-    };
+    use datafusion::sql::sqlparser::ast::Value;
     let (arg, ty) = match e {
         Expr::Cast {
             expr, data_type, ..
@@ -251,20 +265,32 @@ fn text_type_casts(e: &mut Expr) {
         },
         other => other,
     };
-    *e = Expr::Function(Function {
+    *e = call(name, vec![arg]);
+}
+
+/// The call `name(args…)`.
+pub(crate) fn call(name: &str, args: Vec<Expr>) -> Expr {
+    use datafusion::sql::sqlparser::ast::{
+        Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
+        ObjectName, ObjectNamePart,
+    };
+    Expr::Function(Function {
         name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
         uses_odbc_syntax: false,
         parameters: FunctionArguments::None,
         args: FunctionArguments::List(FunctionArgumentList {
             duplicate_treatment: None,
-            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))],
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
             clauses: vec![],
         }),
         filter: None,
         null_treatment: None,
         over: None,
         within_group: vec![],
-    });
+    })
 }
 
 /// `l IS [NOT] DISTINCT FROM (r1 AND|OR r2)` (unparenthesized) as

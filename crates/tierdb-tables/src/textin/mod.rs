@@ -29,7 +29,10 @@
 //!    writes it ([`out`]): a space, not `T`; a TIMESTAMPTZ in the session's TimeZone with
 //!    its offset (`-05`), not UTC with `Z`; no trailing zeros in a fraction. The cast's
 //!    own target field is kept (`sql/casts.rs`).
+//! 8. `x AT TIME ZONE z` (rewritten by `parsefix.rs` rule 10) and `timezone(z, x)` are
+//!    PostgreSQL's conversion between TIMESTAMPTZ and wall-clock TIMESTAMP ([`atzone`]).
 
+pub mod atzone;
 pub mod interval;
 pub mod out;
 pub mod parse;
@@ -118,7 +121,10 @@ pub fn functions() -> Vec<ScalarUDF> {
     Kind::ALL
         .into_iter()
         .map(|kind| ScalarUDF::new_from_impl(TextIn::new(kind)))
-        .chain([ScalarUDF::new_from_impl(out::DatetimeOut::default())])
+        .chain([
+            ScalarUDF::new_from_impl(out::DatetimeOut::default()),
+            ScalarUDF::new_from_impl(atzone::AtTimeZone::default()),
+        ])
         .collect()
 }
 

@@ -104,7 +104,7 @@ fn time_of_day((h, m, s, micros): (u32, u32, u32, u32)) -> Option<Duration> {
 }
 
 /// An offset (`+05`, `-0330`, `+05:30`, `+05:30:15`) in seconds east of UTC.
-fn offset(s: &str) -> Option<i32> {
+pub(crate) fn offset(s: &str) -> Option<i32> {
     let (sign, rest) = match s.as_bytes().first()? {
         b'+' => (1, &s[1..]),
         b'-' => (-1, &s[1..]),
@@ -132,7 +132,7 @@ fn offset(s: &str) -> Option<i32> {
 }
 
 /// A zone name: `Z`, `UTC`, `GMT` or an IANA name.
-fn named(s: &str) -> Option<Zone> {
+pub(crate) fn named(s: &str) -> Option<Zone> {
     if s.eq_ignore_ascii_case("z") || s.eq_ignore_ascii_case("utc") || s.eq_ignore_ascii_case("gmt")
     {
         return Some(Zone::Offset(0));
