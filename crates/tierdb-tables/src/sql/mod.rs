@@ -25,6 +25,7 @@ use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema};
 use crate::tables::Tables;
 use crate::txn::TxSlot;
 
+mod alter_stmt;
 mod alter_type;
 mod casts;
 pub mod colnames;
