@@ -149,6 +149,33 @@ def test_casts_to_a_length_cut_and_describe_as_postgresql(both, sql):
     assert got.fetchall() == want.fetchall()
 
 
+@pytest.mark.parametrize("key", ["", "PRIMARY KEY"])
+def test_char_values_stored_into_text_columns_lose_their_padding(both, key):
+    """A CHAR(n) value INSERTed or assigned by UPDATE into a TEXT or VARCHAR column is cast
+    to text, which strips its trailing spaces (`bpchar.rs`; the differential tester's case
+    in `sqlcheck/regressions/`); into a CHAR(m) column it stays padded. Also an INSERT …
+    SELECT that names a column twice, which DataFusion refused (`colnames.rs`)."""
+    pg, td = both
+    statements = [
+        "DROP TABLE IF EXISTS cs", "DROP TABLE IF EXISTS cd",
+        "CREATE TABLE cs (id INT, c CHAR(4))",
+        "INSERT INTO cs VALUES (1, 'a'), (2, 'ab  '), (3, NULL)",
+        f"CREATE TABLE cd (id INT {key}, v VARCHAR, v5 VARCHAR(5), t TEXT, c3 CHAR(3))",
+        "INSERT INTO cd SELECT id, c, c, c, c FROM cs",
+        "INSERT INTO cd VALUES (4, CAST('x' AS CHAR(3)), 'y'::char(4), 'z'::char(2), 'w'::char(2))",
+        "INSERT INTO cd VALUES (5, 'p  ', 'q'::char(3), 'r', 's'), (6, 'k'::char(2), 'l', 'm', 'n')",
+        "UPDATE cd SET v = CAST(v AS CHAR(6)), t = (SELECT c FROM cs WHERE id = 2), "
+        "v5 = 'q'::char(3) WHERE id = 1",
+        "UPDATE cd SET t = c3 WHERE id = 2",
+    ]
+    for conn in both:
+        for sql in statements:
+            conn.execute(sql)
+    sql = ("SELECT id, v || '|', v5 || '|', t || '|', c3 || '|', octet_length(c3) "
+           "FROM cd ORDER BY id")
+    assert td.execute(sql).fetchall() == pg.execute(sql).fetchall()
+
+
 @pytest.mark.parametrize("options", ["", "(FORMAT csv)"])
 def test_copy_to_writes_what_postgresql_writes(both, options):
     pg, td = both

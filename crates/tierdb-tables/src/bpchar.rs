@@ -15,8 +15,9 @@
 //!
 //! A cast to CHAR(n) (`charcast.rs`: padded to `n`) is such a value too, and so is
 //! `NULLIF(c, x)` of a CHAR(n) column (its result has the column's type).
-//! | LIKE, regular expressions | the padded value (`bpcharlike`) | unchanged |
+//! | LIKE, regular expressions, `octet_length` | the padded value (`bpcharlike`, `bpcharoctetlen`) | unchanged |
 //! | selected, grouped, sorted, aggregated | the padded value | unchanged |
+//! | stored into a TEXT or VARCHAR column (INSERT, UPDATE) | cast to text | `rtrim` ([`unpadded_into`]) |
 //!
 //! A CHAR(n) column is known by its field's [`DECLARED_TYPE`] metadata, which DataFusion
 //! carries through projections and subqueries with the column.
@@ -46,6 +47,9 @@ impl AnalyzerRule for CharSemantics {
 }
 
 fn rewrite_node(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    if let Some(insert) = inserted_as_text(&node)? {
+        return Ok(Transformed::yes(insert));
+    }
     // Columns are resolved against the node's inputs (all of them: a join's two sides).
     let mut schema = DFSchema::empty();
     let inputs = node.inputs();
@@ -216,6 +220,13 @@ fn output_char(plan: &LogicalPlan, i: usize) -> Option<String> {
         | LogicalPlan::Sort(_)
         | LogicalPlan::Limit(_)
         | LogicalPlan::Distinct(_) => output_char(plan.inputs().first()?, i),
+        // VALUES: a column with a CHAR(n) value in any row is character, as PostgreSQL
+        // resolves it (the other rows' literals become CHAR(n) too).
+        LogicalPlan::Values(v) => v
+            .values
+            .iter()
+            .find_map(|row| char_len(row.get(i)?, plan.schema()))
+            .map(|n| format!("CHAR({n})")),
         _ => None,
     }
 }
@@ -229,8 +240,138 @@ fn expr_char(e: &Expr, input: &LogicalPlan) -> Option<String> {
         {
             expr_char(&f.params.args[0], input)
         }
-        _ => None,
+        // A cast to CHAR(n), NULLIF of one, a string cast of one, a scalar subquery's.
+        other => char_len(other, input.schema()).map(|n| format!("CHAR({n})")),
     }
+}
+
+/// Whether output `i` of `source`, stored into a column `target` of another string type
+/// (TEXT, VARCHAR), loses its trailing spaces: it is a CHAR(n) value, and PostgreSQL's
+/// cast from `character` to `text` or `varchar` strips them. (Stored into a CHAR(m)
+/// column it is padded to `m` by the write path.)
+pub(crate) fn unpadded_into(
+    target: &datafusion::arrow::datatypes::Field,
+    source: &LogicalPlan,
+    i: usize,
+) -> bool {
+    let target_char = target
+        .metadata()
+        .get(DECLARED_TYPE)
+        .is_some_and(|d| d.starts_with("CHAR("));
+    !target_char && is_string_type(target.data_type()) && output_char(source, i).is_some()
+}
+
+/// An INSERT's rows with [`unpadded_into`] applied to each column (the input's columns
+/// are the table's, in order, as DataFusion plans an INSERT).
+fn inserted_as_text(node: &LogicalPlan) -> Result<Option<LogicalPlan>> {
+    use datafusion::logical_expr::dml::{DmlStatement, WriteOp};
+    let LogicalPlan::Dml(dml) = node else {
+        return Ok(None);
+    };
+    if !matches!(dml.op, WriteOp::Insert(_)) {
+        return Ok(None);
+    }
+    let target = dml.target.schema();
+    let input = dml.input.as_ref();
+    let insert = |input: LogicalPlan| {
+        LogicalPlan::Dml(DmlStatement::new(
+            dml.table_name.clone(),
+            dml.target.clone(),
+            dml.op.clone(),
+            std::sync::Arc::new(input),
+        ))
+    };
+    if matches!(input, LogicalPlan::Projection(p) if matches!(p.input.as_ref(), LogicalPlan::Values(_)))
+    {
+        return Ok(values_trimmed(input, &target)?.map(insert));
+    }
+    let trim: Vec<bool> = (0..input.schema().fields().len())
+        .map(|i| {
+            target
+                .fields()
+                .get(i)
+                .is_some_and(|f| unpadded_into(f, input, i))
+        })
+        .collect();
+    if !trim.contains(&true) {
+        return Ok(None);
+    }
+    let exprs = input
+        .schema()
+        .columns()
+        .into_iter()
+        .zip(trim)
+        .map(|(c, trim)| {
+            let name = c.name.clone();
+            let e = Expr::Column(c);
+            if trim {
+                datafusion::functions::string::expr_fn::rtrim(vec![e]).alias(name)
+            } else {
+                e
+            }
+        })
+        .collect::<Vec<_>>();
+    let input = datafusion::logical_expr::Projection::try_new(exprs, dml.input.clone())?;
+    Ok(Some(insert(LogicalPlan::Projection(input))))
+}
+
+/// INSERT … VALUES (DataFusion's plan: columns of VALUES renamed): each row's value is
+/// stored on its own, as PostgreSQL assigns each row's expressions to the columns, so
+/// only the CHAR(n) values themselves lose their padding into a TEXT column (`'p  '` in
+/// another row keeps its spaces). `None` for another shape, or nothing to change.
+fn values_trimmed(
+    input: &LogicalPlan,
+    target: &datafusion::arrow::datatypes::SchemaRef,
+) -> Result<Option<LogicalPlan>> {
+    let LogicalPlan::Projection(p) = input else {
+        return Ok(None);
+    };
+    let LogicalPlan::Values(v) = p.input.as_ref() else {
+        return Ok(None);
+    };
+    // Which VALUES column each target column is.
+    let mut source = Vec::with_capacity(p.expr.len());
+    for e in &p.expr {
+        let column = match e {
+            Expr::Alias(a) => a.expr.as_ref(),
+            other => other,
+        };
+        let Expr::Column(c) = column else {
+            return Ok(None);
+        };
+        source.push(v.schema.index_of_column(c)?);
+    }
+    let mut rows = v.values.clone();
+    let mut changed = false;
+    for row in &mut rows {
+        for (i, &k) in source.iter().enumerate() {
+            let Some(field) = target.fields().get(i) else {
+                continue;
+            };
+            let is_char = field
+                .metadata()
+                .get(DECLARED_TYPE)
+                .is_some_and(|d| d.starts_with("CHAR("));
+            if !is_char
+                && is_string_type(field.data_type())
+                && char_len(&row[k], &v.schema).is_some()
+            {
+                let e = std::mem::replace(&mut row[k], Expr::Literal(ScalarValue::Null, None));
+                row[k] = datafusion::functions::string::expr_fn::rtrim(vec![e]);
+                changed = true;
+            }
+        }
+    }
+    if !changed {
+        return Ok(None);
+    }
+    let values = LogicalPlan::Values(datafusion::logical_expr::Values {
+        schema: v.schema.clone(),
+        values: rows,
+    });
+    Ok(Some(LogicalPlan::Projection(
+        datafusion::logical_expr::Projection::try_new(p.expr.clone(), std::sync::Arc::new(values))?,
+    )))
 }
 
 /// `s` without trailing spaces, padded to `n` characters; `None` if longer than `n` (no
@@ -513,6 +654,11 @@ fn fix(e: Expr, schema: &DFSchema) -> Result<Expr> {
         Expr::Alias(mut a) => {
             a.expr = Box::new(fix(*a.expr, schema)?);
             Ok(Expr::Alias(a))
+        }
+        // `octet_length` of a CHAR(n) counts its padding (PostgreSQL's `bpcharoctetlen`).
+        Expr::ScalarFunction(mut f) if f.name() == "octet_length" => {
+            f.args = bare_or_fixed(f.args, schema)?;
+            Ok(Expr::ScalarFunction(f))
         }
         Expr::Column(_)
         | Expr::OuterReferenceColumn(..)

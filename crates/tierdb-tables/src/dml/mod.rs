@@ -127,8 +127,13 @@ fn typed(plan: LogicalPlan, def: &TableDef, ids: usize) -> Result<LogicalPlan> {
     for i in 0..ids {
         exprs.push(Expr::Column(Column::from(schema.qualified_field(i))));
     }
+    let fields = def.schema();
     for (i, c) in def.columns.iter().enumerate() {
-        let e = Expr::Column(Column::from(schema.qualified_field(i + ids)));
+        let mut e = Expr::Column(Column::from(schema.qualified_field(i + ids)));
+        // A CHAR(n) value into a TEXT or VARCHAR column loses its trailing spaces.
+        if crate::bpchar::unpadded_into(fields.field(i), &plan, i + ids) {
+            e = datafusion::functions::string::expr_fn::rtrim(vec![e]);
+        }
         exprs.push(e.cast_to(&c.ty.arrow(), &schema)?.alias(&c.name));
     }
     Ok(LogicalPlan::Projection(Projection::try_new(

@@ -222,8 +222,12 @@ pub(crate) async fn insert(
     }
     // The session state is cloned only for a statement this path runs.
     let state = &ctx.state();
-    let input = crate::sql::analyzed(state, input.as_ref().clone())?;
-    let Some(batch) = values_batch(state, &input)? else {
+    // The whole statement analyzed: some rules rewrite an INSERT's rows for their target
+    // (a CHAR(n) value into a TEXT column loses its padding, `bpchar.rs`).
+    let LogicalPlan::Dml(analyzed) = crate::sql::analyzed(state, plan.clone())? else {
+        return Ok(None);
+    };
+    let Some(batch) = values_batch(state, &analyzed.input)? else {
         return Ok(None);
     };
     let def = rows.def();

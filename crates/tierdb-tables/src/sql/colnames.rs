@@ -12,8 +12,11 @@
 //!   is `i_2`), which the server then sends as PostgreSQL's (`i`, `i`).
 
 use datafusion::sql::parser::Statement as DfStatement;
+use std::ops::ControlFlow;
+
 use datafusion::sql::sqlparser::ast::{
     CastKind, DataType, Expr, Function, Ident, ObjectName, Query, SelectItem, SetExpr, Statement,
+    VisitMut, VisitorMut,
 };
 
 /// What DataFusion says when a projection names two columns alike.
@@ -78,10 +81,50 @@ pub fn unique_result_names(stmt: &mut DfStatement) -> bool {
     let DfStatement::Statement(s) = stmt else {
         return false;
     };
-    let Statement::Query(q) = s.as_mut() else {
-        return false;
+    let mut changed = match s.as_mut() {
+        Statement::Query(q) => alias_set_expr(&mut q.body),
+        _ => false,
     };
-    alias_set_expr(&mut q.body)
+    // Queries inside (a derived table, a CTE, an INSERT's or CREATE TABLE AS's query):
+    // PostgreSQL allows repeated names there too (`INSERT INTO t SELECT a, a FROM s`);
+    // only a SELECT that repeats one is aliased, so the names others refer to stay.
+    let _ = s.visit(&mut Nested(&mut changed));
+    changed
+}
+
+struct Nested<'a>(&'a mut bool);
+
+impl VisitorMut for Nested<'_> {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<()> {
+        *self.0 |= alias_repeated(&mut q.body);
+        ControlFlow::Continue(())
+    }
+}
+
+/// [`alias_set_expr`] of each SELECT in `body` whose result names repeat.
+fn alias_repeated(body: &mut SetExpr) -> bool {
+    match body {
+        SetExpr::Select(select) => {
+            let mut seen = std::collections::HashSet::new();
+            let repeats = select.projection.iter().any(|item| {
+                let name = match item {
+                    SelectItem::UnnamedExpr(e) => figure(e).0,
+                    SelectItem::ExprWithAlias { alias, .. } => ident(alias),
+                    _ => return false,
+                };
+                !seen.insert(name)
+            });
+            repeats && alias_set_expr(body)
+        }
+        SetExpr::SetOperation { left, right, .. } => {
+            let l = alias_repeated(left);
+            alias_repeated(right) || l
+        }
+        SetExpr::Query(q) => alias_repeated(&mut q.body),
+        _ => false,
+    }
 }
 
 /// Plans `stmt`; a query refused for a repeated column name is planned again with its

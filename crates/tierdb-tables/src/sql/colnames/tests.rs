@@ -73,4 +73,13 @@ fn repeated_result_names_are_aliased_apart() {
     );
     let mut stmt = DfStatement::Statement(Box::new(parse("INSERT INTO t VALUES (1)")));
     assert!(!unique_result_names(&mut stmt));
+    // Inside: only the SELECT that repeats a name.
+    let mut stmt = DfStatement::Statement(Box::new(parse(
+        "INSERT INTO t SELECT c, c FROM (SELECT a AS c, b FROM s) x",
+    )));
+    assert!(unique_result_names(&mut stmt));
+    assert_eq!(
+        stmt.to_string(),
+        "INSERT INTO t SELECT c AS \"c\", c AS \"c_2\" FROM (SELECT a AS c, b FROM s) x"
+    );
 }
