@@ -167,6 +167,9 @@ def test_char_values_stored_into_text_columns_lose_their_padding(both, key):
         "UPDATE cd SET v = CAST(v AS CHAR(6)), t = (SELECT c FROM cs WHERE id = 2), "
         "v5 = 'q'::char(3) WHERE id = 1",
         "UPDATE cd SET t = c3 WHERE id = 2",
+        # VARCHAR and TEXT values keep their trailing spaces, copied or assigned.
+        "INSERT INTO cd SELECT id + 10, v, v5, t, c3 FROM cd WHERE id >= 5",
+        "UPDATE cd SET t = v WHERE id = 15",
     ]
     for conn in both:
         for sql in statements:

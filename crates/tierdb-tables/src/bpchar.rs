@@ -202,6 +202,8 @@ fn subquery_char(plan: &LogicalPlan) -> Option<String> {
     output_char(plan, 0)
 }
 
+/// The declared type of `plan`'s output `i` (any declared type: `CHAR(4)`, `VARCHAR(5)`), if
+/// known.
 fn output_char(plan: &LogicalPlan, i: usize) -> Option<String> {
     if let Some(d) = plan.schema().fields().get(i)?.metadata().get(DECLARED_TYPE) {
         return Some(d.clone());
@@ -258,7 +260,8 @@ pub(crate) fn unpadded_into(
         .metadata()
         .get(DECLARED_TYPE)
         .is_some_and(|d| d.starts_with("CHAR("));
-    !target_char && is_string_type(target.data_type()) && output_char(source, i).is_some()
+    let source_char = output_char(source, i).is_some_and(|d| d.starts_with("CHAR("));
+    !target_char && is_string_type(target.data_type()) && source_char
 }
 
 /// An INSERT's rows with [`unpadded_into`] applied to each column (the input's columns

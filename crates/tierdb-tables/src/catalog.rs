@@ -673,6 +673,7 @@ impl CatalogBatch {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use datafusion::arrow::datatypes::DataType;
 
     /// Fuzz (proptest): catalog values with bytes flipped or cut, and arbitrary bytes, decode
     /// to a value or a `Damaged` error naming the key; never a panic.
