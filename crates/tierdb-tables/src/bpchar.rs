@@ -135,12 +135,13 @@ fn char_len(e: &Expr, schema: &DFSchema) -> Option<usize> {
         .ok()
 }
 
-/// The results of a CASE (its branches) or COALESCE (its arguments).
+/// The results of a CASE (its ELSE first, then its branches: the order PostgreSQL resolves
+/// their type in) or COALESCE (its arguments).
 fn results(e: &Expr) -> Option<Vec<&Expr>> {
     match e {
         Expr::Case(c) => {
-            let mut r: Vec<&Expr> = c.when_then_expr.iter().map(|(_, t)| t.as_ref()).collect();
-            r.extend(c.else_expr.as_deref());
+            let mut r: Vec<&Expr> = c.else_expr.iter().map(|e| e.as_ref()).collect();
+            r.extend(c.when_then_expr.iter().map(|(_, t)| t.as_ref()));
             Some(r)
         }
         Expr::ScalarFunction(f) if f.name() == "coalesce" => Some(f.args.iter().collect()),
@@ -148,8 +149,12 @@ fn results(e: &Expr) -> Option<Vec<&Expr>> {
     }
 }
 
-/// `n` if the results are CHAR(n) values (columns of one `n`) and string literals, at
-/// least one of them CHAR(n): PostgreSQL types such a result character.
+/// `n` if PostgreSQL types the results character: the first result that is not a string
+/// literal (an untyped literal, to PostgreSQL) decides, as its `select_common_type` keeps
+/// the first type when text and character coerce both ways (`CASE WHEN … THEN
+/// coalesce('a', '') ELSE c END` is character, its ELSE coming first; `COALESCE(upper(x),
+/// c)` is text, `COALESCE(c, upper(x))` character). Character results of two lengths are
+/// taken as text.
 fn results_char(found: &[&Expr], schema: &DFSchema) -> Option<usize> {
     let mut n = None;
     for r in found {
@@ -159,7 +164,10 @@ fn results_char(found: &[&Expr], schema: &DFSchema) -> Option<usize> {
             Some(m) if n.is_none_or(|n| n == m) => n = Some(m),
             Some(_) => return None,
             None if is_string_literal(r) => {}
-            None => return None,
+            // Text first: the result is text.
+            None if n.is_none() => return None,
+            // Text after character: coerced to character.
+            None => {}
         }
     }
     n
