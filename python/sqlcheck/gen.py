@@ -7,8 +7,9 @@ both engines run (or one text per engine where tierdb's dialect differs: CREATE 
 ORDER BY), and what to compare after it (a DML's row count, returned rows and table).
 
 Deliberate differences, skipped by the generator (listed by `SKIPS`):
-  - types tierdb lacks (TIMESTAMP, BYTEA, SMALLINT, REAL, NUMERIC without precision,
-    arrays, JSON, UUID): only BOOLEAN, INT, BIGINT, DOUBLE, VARCHAR, DATE, DECIMAL(10,2);
+  - types the generator does not make (BYTEA, SMALLINT, REAL, NUMERIC without precision,
+    arrays, JSON, UUID): BOOLEAN, INT, BIGINT, DOUBLE, VARCHAR, CHAR(4), DATE, TIMESTAMP,
+    TIMESTAMPTZ and DECIMAL(10,2) only;
   - NaN and infinities (not generated as values);
   - collation: the oracle runs with the C collation (byte order), as tierdb compares strings;
   - UPDATE … FROM over a source with several rows per target row (PostgreSQL picks one
@@ -22,7 +23,7 @@ import zlib
 from dataclasses import dataclass, field
 
 SKIPS = [
-    "types the generator does not make: TIMESTAMP/TIMESTAMPTZ/TIME, BYTEA, SMALLINT, REAL, "
+    "types the generator does not make: TIME, BYTEA, SMALLINT, REAL, "
     "VARCHAR(n), UUID, JSON (tierdb has them; python/tests/test_types.py compares them with "
     "PostgreSQL), INTERVAL, NUMERIC without precision, arrays (tierdb lacks them)",
     "NaN and +/-Infinity values",
@@ -52,10 +53,15 @@ TYPES = {
     "bool": ("BOOLEAN", "BOOLEAN"),
     # character(n): trailing spaces insignificant in comparisons, kept in output (bpchar.rs)
     "char": ("CHAR(4)", "CHAR(4)"),
+    # Timestamps: wall-clock, and instants (the sessions' TimeZone is UTC on both; zones
+    # are exercised by AT TIME ZONE).
+    "ts": ("TIMESTAMP", "TIMESTAMP"),
+    "tstz": ("TIMESTAMPTZ", "TIMESTAMPTZ"),
 }
 NUMERIC = {"int", "bigint", "double", "decimal"}
 KEYABLE = {"int", "bigint", "varchar", "date", "char", "decimal"}
-ORDERED = NUMERIC | {"varchar", "date", "char"}
+ORDERED = NUMERIC | {"varchar", "date", "char", "ts", "tstz"}
+TIMESTAMPS = {"ts", "tstz"}
 
 EDGE = {
     "int": [0, 1, -1, 7, 42, 2147483647, -2147483648, 100, -100],
@@ -66,6 +72,11 @@ EDGE = {
     "decimal": ["0.00", "1.50", "-1.50", "12345678.99", "-0.01", "100.00", "3.14"],
     "bool": [True, False],
     "char": ["", "a", "ab", "abcd", " a", "a b", "ab  ", "Z"],
+    # DST changes in America/New_York, a leap day, the last microsecond of a day.
+    "ts": ["1970-01-01 00:00:00", "2024-03-10 02:30:00", "2024-11-03 01:30:00",
+           "1999-12-31 23:59:59.999999", "2000-02-29 12:00:00", "2024-01-01 00:00:00"],
+    "tstz": ["1970-01-01 00:00:00+00", "2024-03-10 07:30:00+00", "2024-11-03 05:30:00+00",
+             "2024-07-01 10:00:00-04", "2000-02-29 12:00:00+05:30", "2024-01-01 00:00:00+00"],
 }
 
 
@@ -90,6 +101,10 @@ def literal(ty, v):
         return "'" + v.replace("'", "''") + "'"
     if ty == "date":
         return f"DATE '{v}'"
+    if ty == "ts":
+        return f"TIMESTAMP '{v}'"
+    if ty == "tstz":
+        return f"TIMESTAMPTZ '{v}'"
     if ty == "bool":
         return "TRUE" if v else "FALSE"
     raise ValueError(ty)
@@ -158,6 +173,14 @@ class Gen:
             return f"{r.randint(1990, 2030)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}"
         if ty == "bool":
             return r.random() < 0.5
+        if ty in TIMESTAMPS:
+            v = (f"{r.randint(1990, 2030)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} "
+                 f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}")
+            if r.random() < 0.3:
+                v += f".{r.randint(0, 999999):06d}"
+            if ty == "tstz":
+                v += r.choice(["+00", "+00", "-05", "+05:30", "+01"])
+            return v
         raise ValueError(ty)
 
     def schema(self, ntables=None):
@@ -323,7 +346,7 @@ class Gen:
             if k2 < 0.7:
                 # Cut to a length (CHAR(n) also padded), as PostgreSQL's explicit casts do.
                 return f"CAST({a} AS {r.choice(['VARCHAR', 'CHAR'])}({r.randint(1, 4)}))", ty
-            src = r.choice(["int", "bigint", "decimal", "date", "bool"])
+            src = r.choice(["int", "bigint", "decimal", "date", "bool", "ts", "tstz"])
             e, _ = self.expr(scope, src, depth + 1)
             return f"CAST({e} AS VARCHAR)", ty
         if ty == "decimal":
@@ -335,6 +358,21 @@ class Gen:
             return f"({a} * CAST(0.5 AS DOUBLE PRECISION))", ty
         if ty == "bool":
             return f"({self.pred(scope, 2, False)})", ty
+        if ty in TIMESTAMPS:
+            k2 = r.random()
+            if k2 < 0.3:
+                # The other kind, converted in a zone (textin/atzone.rs).
+                other = "ts" if ty == "tstz" else "tstz"
+                a, _ = self.expr(scope, other, depth + 1)
+                zone = r.choice(["'UTC'", "'America/New_York'", "'Asia/Kolkata'", "'+03'"])
+                return f"({a} AT TIME ZONE {zone})", ty
+            a, _ = self.expr(scope, ty, depth + 1)
+            if k2 < 0.6:
+                span = r.choice(["1 day", "90 minutes", "1 mon", "-2 hours", "1 year 2 days"])
+                return f"({a} {r.choice(['+', '-'])} INTERVAL '{span}')", ty
+            if k2 < 0.8 and ty == "ts":
+                return f"date_trunc('{r.choice(['day', 'month', 'hour', 'year'])}', {a})", ty
+            return a, ty
         a, _ = self.expr(scope, ty, depth + 1)
         return a, ty
 
