@@ -93,14 +93,11 @@ fn wall_clock(micros: i64, zone: &Zone) -> Option<i64> {
 /// Rule 2: the instant wall-clock microseconds `micros` name in `zone`.
 fn instant(micros: i64, zone: &Zone) -> Option<i64> {
     let local = chrono::DateTime::from_timestamp_micros(micros)?.naive_utc();
-    Some(parse::instant_micros(
-        &parse::Written {
-            local,
-            zone: zone.clone(),
-        },
-        // Unused: the zone is given.
-        &UTC.parse().ok()?,
-    ))
+    Some(match zone {
+        Zone::Named(z) => parse::local_micros(local, z),
+        Zone::Offset(east) => micros - i64::from(*east) * 1_000_000,
+        Zone::Absent => micros,
+    })
 }
 
 /// `timezone(zone, value)`.
