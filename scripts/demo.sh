@@ -5,8 +5,9 @@
 #   1. SQL: SSB data generated and imported (progress bar), queries cold then warm, with
 #      time, bytes read, bytes from the capacity store and segments skipped per query;
 #   2. key-value: a commit, a zero-copy clone, `tierdb info` as a table;
-#   3. ZODB: a transaction through tierdb.zodb.TierStorage (when the Python package is
-#      built: scripts/python-env.sh), then `tierdb zodb stats`;
+#   3. ZODB: a transaction through tierdb.zodb.TierStorage (the Python package is built
+#      first when it is not: ZODB and maturin from pip, the native module in release into
+#      the same target directory), then `tierdb zodb stats`;
 #   4. the tiers' statistics.
 #   scripts/demo.sh [SCALE-FACTOR]   (default 0.05: about 300,000 lineorder rows)
 set -euo pipefail
@@ -48,6 +49,19 @@ echo "clone:  $("$tierdb" kv get "$work/kv-copy" greeting)"
 echo
 echo "== 3. ZODB: a transaction through TierStorage"
 python=${TIERDB_PYTHON:-$HOME/.cache/tierdb/venv/bin/python}
+if ! { [ -x "$python" ] && "$python" -c "import tierdb.zodb, ZODB" 2>/dev/null; } \
+    && [ -z "${TIERDB_PYTHON:-}" ] && python3 -c "import venv" 2>/dev/null; then
+  # The Python package's native module, built in release into the same target directory
+  # as the binary above (it shares the storage crates' build), in the venv that
+  # scripts/python-env.sh fills with the test dependencies too.
+  built=$(date +%s)
+  venv=$HOME/.cache/tierdb/venv
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check ZODB "maturin>=1.5,<2"
+  (cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop -q --release)
+  python=$venv/bin/python
+  echo "== Python package built: $(( $(date +%s) - built )) s"
+fi
 if [ -x "$python" ] && "$python" -c "import tierdb.zodb, ZODB" 2>/dev/null; then
   "$python" - "$work/zodb" <<'EOF'
 import sys, transaction, ZODB
@@ -66,7 +80,7 @@ db.close()
 EOF
   "$tierdb" zodb stats "$work/zodb"
 else
-  echo "(skipped: the Python package is not built; scripts/python-env.sh builds it into ~/.cache/tierdb/venv)"
+  echo "(skipped: the Python package could not be built: python3 with venv and pip is needed; scripts/python-env.sh builds it into ~/.cache/tierdb/venv)"
 fi
 
 echo

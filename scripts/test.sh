@@ -119,6 +119,11 @@ command -v javac >/dev/null && command -v mvn >/dev/null || { echo "error: javac
 timeout 600 mvn -q dependency:get -Dartifact=org.postgresql:postgresql:42.7.4 >/dev/null
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_jdbc.py")
+echo "== node-postgres and pgx on tierdb serve beside PostgreSQL 15: values and types handed back, RowDescription fields, binary and text formats, parameters, errors, transactions, COPY (pytest; pg from npm, pgx from the Go module proxy)"
+command -v node >/dev/null && command -v npm >/dev/null && command -v go >/dev/null \
+  || { echo "error: node, npm and go are needed for the node-postgres and pgx test; install nodejs, npm and golang" >&2; exit 1; }
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_clients.py")
 echo "== beyond one process: SSB SF 0.1 over 2 tierdb workers vs one process, serve --read-only replicas, MinIO erasure set losing a drive under a ZODB and SQL load (pytest)"
 (cd "$ZT" && MINIO_BIN="$MINIO_BIN" TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 1800 "$PY" -m pytest -q -s -p no:cacheprovider \
   "$ROOT/python/tests/test_scale.py")
