@@ -44,6 +44,10 @@ pub struct Prepared {
     params: usize,
     /// RowDescription's table OIDs and column numbers (`tableoid.rs`).
     ids: crate::tableoid::Ids,
+    /// The parameters compared with or inserted into UUID, JSON and JSONB columns, as
+    /// those types (`tierdb_tables::paramdecl`): what ParameterDescription says and how
+    /// binary values are read (`textparams.rs`).
+    text_types: Vec<Option<Type>>,
     /// Its plan, kept for the next Execute while it holds (`tierdb_tables` `plancache.rs`).
     cache: Arc<tierdb_tables::sql::PlanCache>,
 }
@@ -92,12 +96,17 @@ impl QueryParser for ConnState {
                     }
                     None => Vec::new(),
                 };
+                let text_types = plan
+                    .as_ref()
+                    .map(crate::textparams::declared_types)
+                    .unwrap_or_default();
                 Ok(Some(Prepared {
                     stmt,
                     plan,
                     schema,
                     params: declared_parameters(sql),
                     ids,
+                    text_types,
                     cache: Default::default(),
                 }))
             })
@@ -108,10 +117,14 @@ impl QueryParser for ConnState {
         match &stmt.plan {
             Some(plan) => parameter_types(plan, stmt.params)?
                 .into_iter()
-                .map(|t| match t {
-                    Some(t) => into_pg_type(&t),
-                    None => Ok(Type::TEXT),
-                })
+                .enumerate()
+                .map(
+                    |(i, t)| match (stmt.text_types.get(i).cloned().flatten(), t) {
+                        (Some(declared), _) => Ok(declared),
+                        (None, Some(t)) => into_pg_type(&t),
+                        (None, None) => Ok(Type::TEXT),
+                    },
+                )
                 .collect(),
             None => Ok(Vec::new()),
         }
@@ -390,7 +403,8 @@ fn bind_parameters(
     types: &[Option<DataType>],
     zone: &str,
 ) -> PgWireResult<ParamValues> {
-    let as_text = crate::textparams::text_parameters(portal)?;
+    let as_text =
+        crate::textparams::text_parameters(portal, &portal.statement.statement.text_types)?;
     let portal = as_text.as_ref().unwrap_or(portal);
     let numeric = crate::numparams::take_numeric(portal, types)?;
     let (portal, mut ours) = match &numeric {

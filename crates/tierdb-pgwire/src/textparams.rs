@@ -35,14 +35,43 @@ fn binary_as_text(ty: &Type, value: &[u8]) -> Result<Vec<u8>, String> {
     }
 }
 
+/// The statement's parameters that are UUID, JSON or JSONB by the column they meet
+/// (`tierdb_tables::paramdecl`), by position.
+pub(crate) fn declared_types(plan: &datafusion::logical_expr::LogicalPlan) -> Vec<Option<Type>> {
+    let found = tierdb_tables::paramdecl::declared_parameters(plan);
+    let n = found.keys().copied().max().unwrap_or(0);
+    (1..=n)
+        .map(|i| {
+            found.get(&i).and_then(|d| match d.as_str() {
+                "UUID" => Some(Type::UUID),
+                "JSON" => Some(Type::JSON),
+                "JSONB" => Some(Type::JSONB),
+                _ => None,
+            })
+        })
+        .collect()
+}
+
 /// `portal` with its UUID, JSON and JSONB parameters as text (module doc); `None` when it
-/// has none.
-pub(crate) fn text_parameters<S: Clone>(portal: &Portal<S>) -> PgWireResult<Option<Portal<S>>> {
-    let types = &portal.statement.parameter_types;
+/// has none. A parameter's type is the client's, or where the client left it unspecified,
+/// the server's (`server`: what ParameterDescription told it, `declared_types`).
+pub(crate) fn text_parameters<S: Clone>(
+    portal: &Portal<S>,
+    server: &[Option<Type>],
+) -> PgWireResult<Option<Portal<S>>> {
+    let n = portal.parameters.len();
+    let types: Vec<Option<Type>> = (0..n.max(portal.statement.parameter_types.len()))
+        .map(
+            |i| match portal.statement.parameter_types.get(i).cloned().flatten() {
+                Some(t) if t != Type::UNKNOWN => Some(t),
+                _ => server.get(i).cloned().flatten(),
+            },
+        )
+        .collect();
+    let types = &types;
     if !types.iter().flatten().any(text_stored) {
         return Ok(None);
     }
-    let n = portal.parameters.len();
     let mut formats = Vec::with_capacity(n);
     let mut values = Vec::with_capacity(n);
     let mut new_types = types.clone();
@@ -105,7 +134,7 @@ mod tests {
                 Some(Bytes::from_static(b"\x01{\"a\": 1}")),
             ],
         );
-        let q = text_parameters(&p).unwrap().expect("rewritten");
+        let q = text_parameters(&p, &[]).unwrap().expect("rewritten");
         assert_eq!(
             q.parameters[0].as_deref(),
             Some(&b"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"[..])
@@ -118,17 +147,42 @@ mod tests {
     }
 
     #[test]
+    fn an_unspecified_parameter_takes_the_type_the_server_described() {
+        // pgx leaves the types to the server and sends a binary uuid when it is told one.
+        let u = uuid::Uuid::parse_str("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11").unwrap();
+        let p = portal(
+            vec![None, Some(Type::UNKNOWN), Some(Type::INT4)],
+            Format::UnifiedBinary,
+            vec![
+                Some(Bytes::copy_from_slice(u.as_bytes())),
+                Some(Bytes::from_static(b"\x01[1]")),
+                Some(Bytes::from_static(&[0, 0, 0, 7])),
+            ],
+        );
+        let server = [Some(Type::UUID), Some(Type::JSONB), Some(Type::UUID)];
+        let q = text_parameters(&p, &server).unwrap().expect("rewritten");
+        assert_eq!(
+            q.parameters[0].as_deref(),
+            Some(&b"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"[..])
+        );
+        assert_eq!(q.parameters[1].as_deref(), Some(&b"[1]"[..]));
+        // The client's own type wins over the server's.
+        assert_eq!(q.parameters[2].as_deref(), Some(&[0u8, 0, 0, 7][..]));
+        assert!(text_parameters(&p, &[]).unwrap().is_none());
+    }
+
+    #[test]
     fn a_short_binary_uuid_is_refused_and_others_are_left_alone() {
         let p = portal(
             vec![Some(Type::UUID)],
             Format::UnifiedBinary,
             vec![Some(Bytes::from_static(b"short"))],
         );
-        assert!(text_parameters(&p).is_err());
+        assert!(text_parameters(&p, &[]).is_err());
         let p = portal(vec![Some(Type::INT4)], Format::UnifiedText, vec![None]);
-        assert!(text_parameters(&p).unwrap().is_none());
+        assert!(text_parameters(&p, &[]).unwrap().is_none());
         let p = portal(vec![Some(Type::JSON)], Format::UnifiedText, vec![None]);
-        let q = text_parameters(&p).unwrap().expect("rewritten");
+        let q = text_parameters(&p, &[]).unwrap().expect("rewritten");
         assert_eq!(q.parameters[0], None);
     }
 }

@@ -47,6 +47,7 @@ pub mod literals;
 pub mod merge;
 pub mod origin;
 mod ownddl;
+pub mod paramdecl;
 pub mod parsefix;
 mod pgarith;
 pub mod pgtext;

@@ -82,6 +82,13 @@ fn origin(plan: &LogicalPlan, i: usize, depth: usize) -> Option<Origin> {
                 i16::try_from(column + 1).ok()?,
             ))
         }
+        // The key-lookup short path (`rows/fast.rs`): its columns are the table's, in the
+        // order the statement names them, then (for UPDATE and DELETE) the row's key.
+        LogicalPlan::Extension(_) => {
+            let lookup = crate::rows::fast::as_lookup(plan)?;
+            let column = *lookup.columns().get(i)?;
+            Some((lookup.def().name.clone(), i16::try_from(column + 1).ok()?))
+        }
         _ => None,
     }
 }

@@ -155,8 +155,7 @@ impl Col {
                 textin::time(t).map_err(|e| format!("{s:?} is not a time: {}", reason(e)))?,
             ),
             Col::Bin(_) => Value::Bin(
-                crate::textvalue::bytea(s)
-                    .ok_or_else(|| format!("{s:?} is not BYTEA (\\x and hex digits)"))?,
+                crate::textvalue::bytea_in(s).map_err(|e| format!("{s:?} is not BYTEA: {e}"))?,
             ),
             Col::Date(_) => Value::Date(
                 textin::date(t).map_err(|e| format!("{s:?} is not a date: {}", reason(e)))?,

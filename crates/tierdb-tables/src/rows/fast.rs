@@ -109,6 +109,11 @@ impl Lookup {
     pub(crate) fn def(&self) -> &TableDef {
         &self.def
     }
+
+    /// The table's columns the lookup returns (their numbers in the table, from 0).
+    pub(crate) fn columns(&self) -> &[usize] {
+        &self.columns
+    }
 }
 
 /// The lookup `plan` is, if it is one.

@@ -8,8 +8,10 @@
 //! into a TIMESTAMP (without time zone) was applied where PostgreSQL ignores it; and
 //! `'1e5'::numeric` failed.
 //!
-//! 1. Every cast from a string type to TIMESTAMP, TIMESTAMPTZ, DATE, TIME, NUMERIC or
-//!    INTERVAL ([`interval`]; text it does not read goes to Arrow's parser) in a
+//! 1. Every cast from a string type to TIMESTAMP, TIMESTAMPTZ, DATE, TIME, NUMERIC,
+//!    INTERVAL ([`interval`]; text it does not read goes to Arrow's parser) or BYTEA
+//!    (`textvalue::bytea_in`: `'\x00ff'` is two bytes, not six; Arrow took the text's
+//!    bytes) in a
 //!    plan, written (`'…'::timestamptz`, `CAST(x AS DATE)`) or made by type coercion (an
 //!    INSERT's text into a column, `ts_col > '2024-05-17 10:00'`), becomes a call of a
 //!    `tierdb_*_in` function reading PostgreSQL's forms ([`parse`]), cast on to the planned
@@ -66,16 +68,18 @@ enum Kind {
     Time,
     Numeric,
     Interval,
+    Bytea,
 }
 
 impl Kind {
-    const ALL: [Kind; 6] = [
+    const ALL: [Kind; 7] = [
         Kind::Timestamp,
         Kind::TimestampTz,
         Kind::Date,
         Kind::Time,
         Kind::Numeric,
         Kind::Interval,
+        Kind::Bytea,
     ];
 
     fn name(self) -> &'static str {
@@ -86,6 +90,7 @@ impl Kind {
             Kind::Time => "tierdb_time_in",
             Kind::Numeric => "tierdb_numeric_in",
             Kind::Interval => "tierdb_interval_in",
+            Kind::Bytea => "tierdb_bytea_in",
         }
     }
 
@@ -97,6 +102,7 @@ impl Kind {
             Kind::Time => DataType::Time64(TimeUnit::Microsecond),
             Kind::Numeric => DataType::Utf8,
             Kind::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
+            Kind::Bytea => DataType::Binary,
         }
     }
 
@@ -109,6 +115,7 @@ impl Kind {
             DataType::Time64(_) => Kind::Time,
             DataType::Decimal128(..) | DataType::Decimal256(..) => Kind::Numeric,
             DataType::Interval(_) => Kind::Interval,
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Kind::Bytea,
             _ => return None,
         })
     }
@@ -238,6 +245,24 @@ impl ScalarUDFImpl for TextIn {
                     v.push(t.map(interval_value).transpose().map_err(failed)?);
                 }
                 Arc::new(IntervalMonthDayNanoArray::from(v))
+            }
+            Kind::Bytea => {
+                let mut v = Vec::with_capacity(texts.len());
+                for t in texts.iter() {
+                    v.push(
+                        t.map(|t| {
+                            crate::textvalue::bytea_in(t).map_err(|message| {
+                                crate::error::TableError::Column {
+                                    code: crate::textvalue::bytea_error_code(&message),
+                                    message,
+                                }
+                            })
+                        })
+                        .transpose()
+                        .map_err(failed)?,
+                    );
+                }
+                Arc::new(datafusion::arrow::array::BinaryArray::from_iter(v))
             }
             Kind::Numeric => {
                 let scale = match args.args.get(1) {
