@@ -95,13 +95,7 @@ fn inserted(
                 ) else {
                     continue;
                 };
-                for n in v
-                    .values
-                    .iter()
-                    .filter_map(|row| row.get(k).and_then(placeholder))
-                {
-                    out.entry(n).or_insert_with(|| ty.clone());
-                }
+                column_of_values(&v.values, k, &ty, out);
             }
         }
         LogicalPlan::Values(v) => {
@@ -109,16 +103,20 @@ fn inserted(
                 let Some(ty) = text_typed(field.metadata().get(DECLARED_TYPE)) else {
                     continue;
                 };
-                for n in v
-                    .values
-                    .iter()
-                    .filter_map(|row| row.get(k).and_then(placeholder))
-                {
-                    out.entry(n).or_insert_with(|| ty.clone());
-                }
+                column_of_values(&v.values, k, &ty, out);
             }
         }
         _ => {}
+    }
+}
+
+/// Every parameter that is a whole value in column `k` of a VALUES list is of type `ty`.
+fn column_of_values(rows: &[Vec<Expr>], k: usize, ty: &str, out: &mut HashMap<usize, String>) {
+    for n in rows
+        .iter()
+        .filter_map(|row| row.get(k).and_then(placeholder))
+    {
+        out.entry(n).or_insert_with(|| ty.to_string());
     }
 }
 
