@@ -12,7 +12,7 @@ SECONDS_PER=${1:-1800}
 shift || true
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(filestorage object_records pickle_refs wblog catalog copy_text row_value)
+  TARGETS=(filestorage object_records pickle_refs wblog catalog copy_text copy_binary row_value)
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 export CARGO_TARGET_DIR=${FUZZ_TARGET_DIR:-$HOME/.cache/tierdb/fuzz-target}

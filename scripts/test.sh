@@ -64,9 +64,9 @@ PYTHONPATH="$ROOT/python" timeout 900 "$PY" -m sqlcheck.run --tierdb "$CARGO_TAR
   --replay "$ROOT/python/sqlcheck/regressions"
 PYTHONPATH="$ROOT/python" timeout 900 "$PY" -m sqlcheck.run --tierdb "$CARGO_TARGET_DIR/debug/tierdb" \
   --seed 20261124 --max-rounds 60 --minutes 10 --max-mismatches 1 --keep "$ZT/sqlcheck-failures"
-echo "== column types through tierdb serve vs PostgreSQL 15: values, RowDescription types and typmods, COPY TO/FROM, refused values, text input in a session time zone (pytest)"
+echo "== column types through tierdb serve vs PostgreSQL 15: values, RowDescription types and typmods, COPY TO/FROM (column lists, binary), refused values, text input in a session time zone (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
-  "$ROOT/python/tests/test_types.py" "$ROOT/python/tests/test_text_input.py")
+  "$ROOT/python/tests/test_types.py" "$ROOT/python/tests/test_text_input.py" "$ROOT/python/tests/test_copy.py")
 echo "== SQLSTATEs of statements the planner refuses, and pg_sleep, beside PostgreSQL 15 (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 300 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_sqlstates.py" "$ROOT/python/tests/test_sleep.py")

@@ -129,6 +129,25 @@ def test_result_columns_carry_postgresql_types_and_typmods(both):
             (pcols[name].display_size, pcols[name].precision, pcols[name].scale), name
 
 
+# A NUMERIC column and a cast keep their typmod (psycopg's precision and scale); a literal, an
+# expression and an aggregate are `numeric` without one, as PostgreSQL describes them.
+NUMERIC_TYPMODS = [
+    "SELECT n, 1.5, n + 1, CAST(n AS NUMERIC(12,3)), CAST(1.5 AS NUMERIC(6,2)) FROM ty",
+    "SELECT n, sum(n), max(n) FROM ty GROUP BY n",
+    "SELECT x.n, x.n * 2 FROM (SELECT n FROM ty) x ORDER BY 1",
+]
+
+
+@pytest.mark.parametrize("sql", NUMERIC_TYPMODS)
+@pytest.mark.parametrize("prepare", [False, True])
+def test_numeric_typmods_are_postgresqls(both, sql, prepare):
+    pg, td = both
+    want = pg.execute(sql, prepare=prepare).description
+    got = td.execute(sql, prepare=prepare).description
+    assert [(d.type_code, d.precision, d.scale) for d in got] == \
+        [(d.type_code, d.precision, d.scale) for d in want]
+
+
 # Casts to VARCHAR(n) and CHAR(n) cut (and pad) to the length and are described with it.
 LENGTH_CASTS = [
     "SELECT CAST('abcdef' AS varchar(3)), 'abcdef'::char(2), 'xy'::char(4), 12345::varchar(2), "

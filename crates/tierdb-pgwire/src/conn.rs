@@ -314,9 +314,12 @@ impl ConnState {
             Outcome::Rows(rows) => {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
                 let ids = self.table_oids.resolve(&session, &rows.origins()).await;
-                let fields = crate::tableoid::with_ids(
-                    crate::encode::describe(rows.schema().as_arrow(), format, Some(options))?,
-                    &ids,
+                let fields = crate::encode::expression_typmods(
+                    crate::tableoid::with_ids(
+                        crate::encode::describe(rows.schema().as_arrow(), format, Some(options))?,
+                        &ids,
+                    ),
+                    &rows.modifiers(),
                 );
                 let fields = Arc::new(match &names {
                     Some(n) => n.apply(fields),

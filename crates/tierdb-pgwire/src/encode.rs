@@ -54,6 +54,25 @@ pub(crate) fn describe(
         .collect())
 }
 
+/// `fields` without the NUMERIC typmod of the columns that do not keep one (`keep[i]`
+/// false: a literal, an expression, an aggregate; `tierdb_tables::origin::modifiers`):
+/// PostgreSQL describes `1.5` and `sum(n)` as `numeric` with typmod -1, and drivers read
+/// a typmod as the column's declared precision and scale.
+pub(crate) fn expression_typmods(fields: Vec<FieldInfo>, keep: &[bool]) -> Vec<FieldInfo> {
+    fields
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| {
+            if *f.datatype() == pgwire::api::Type::NUMERIC && !keep.get(i).copied().unwrap_or(true)
+            {
+                f.with_type_modifier(-1)
+            } else {
+                f
+            }
+        })
+        .collect()
+}
+
 /// RowDescription's type size: `pg_type.typlen` of the type, as PostgreSQL sends it (the
 /// width of a fixed-size type, -1 for a variable-length one; arrow-pg leaves it 0).
 fn type_size(ty: &pgwire::api::Type) -> i16 {
@@ -331,7 +350,9 @@ pub(crate) fn pg_text(ty: &DataType, text: String) -> String {
         (DataType::Boolean, "true") => "t".into(),
         (DataType::Boolean, "false") => "f".into(),
         (DataType::Timestamp(_, tz), _) => {
-            let t = text.replacen('T', " ", 1);
+            // Arrow writes the fraction in 3, 6 or 9 digits (`59.500`); PostgreSQL without
+            // its trailing zeros (`59.5`).
+            let t = fraction_trimmed(&text.replacen('T', " ", 1));
             match (tz, t.strip_suffix('Z')) {
                 (Some(_), Some(utc)) => format!("{utc}+00"),
                 // `+02:00` as PostgreSQL writes a whole-hour offset: `+02`.
@@ -358,6 +379,25 @@ pub(crate) fn pg_text(ty: &DataType, text: String) -> String {
             None => text,
         },
         _ => text,
+    }
+}
+
+/// `t` with the fraction of its seconds (the digits after the first `.`) without trailing
+/// zeros, and without the point if none are left.
+fn fraction_trimmed(t: &str) -> String {
+    let Some(dot) = t.find('.') else {
+        return t.to_string();
+    };
+    let digits = t[dot + 1..]
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .count();
+    let kept = t[dot + 1..dot + 1 + digits].trim_end_matches('0');
+    let rest = &t[dot + 1 + digits..];
+    if kept.is_empty() {
+        format!("{}{rest}", &t[..dot])
+    } else {
+        format!("{}.{kept}{rest}", &t[..dot])
     }
 }
 
@@ -425,6 +465,19 @@ mod tests {
             pg_text(&utc, "2024-01-02T01:04:05Z".into()),
             "2024-01-02 01:04:05+00"
         );
+        // Arrow's 3-digit fraction (`.500`), with and without an offset.
+        assert_eq!(
+            pg_text(&utc, "1999-12-31T23:59:59.500Z".into()),
+            "1999-12-31 23:59:59.5+00"
+        );
+        assert_eq!(
+            pg_text(&utc, "2024-01-02T01:04:05.120-05:00".into()),
+            "2024-01-02 01:04:05.12-05"
+        );
+        assert_eq!(
+            pg_text(&naive, "2024-01-02T03:04:05.000".into()),
+            "2024-01-02 03:04:05"
+        );
         assert_eq!(pg_text(&DataType::Binary, "00ff".into()), "\\x00ff");
         let time = DataType::Time64(datafusion::arrow::datatypes::TimeUnit::Microsecond);
         assert_eq!(pg_text(&time, "10:11:12.500".into()), "10:11:12.5");
@@ -479,6 +532,20 @@ mod describe_tests {
         );
         // The type sizes PostgreSQL sends: -1 for every variable-length type.
         assert!(fields.iter().all(|f| f.type_size() == -1));
+    }
+
+    #[test]
+    fn computed_numerics_have_no_typmod_and_columns_keep_theirs() {
+        let schema = Schema::new(vec![
+            Field::new("col", DataType::Decimal128(10, 2), true),
+            Field::new("lit", DataType::Decimal128(2, 1), true),
+            Field::new("v", DataType::Utf8, true),
+        ]);
+        let fields =
+            describe(&schema, &pgwire::api::portal::Format::UnifiedText, None).expect("fields");
+        let fields = expression_typmods(fields, &[true, false, false]);
+        let got: Vec<i32> = fields.iter().map(|f| f.type_modifier()).collect();
+        assert_eq!(got, [(10 << 16 | 2) + 4, -1, -1]);
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Prepared {
     params: usize,
     /// RowDescription's table OIDs and column numbers (`tableoid.rs`).
     ids: crate::tableoid::Ids,
+    /// Which columns keep a NUMERIC typmod (`tierdb_tables::origin::modifiers`).
+    modifiers: Vec<bool>,
     /// The parameters compared with or inserted into UUID, JSON and JSONB columns, as
     /// those types (`tierdb_tables::paramdecl`): what ParameterDescription says and how
     /// binary values are read (`textparams.rs`).
@@ -96,6 +98,10 @@ impl QueryParser for ConnState {
                     }
                     None => Vec::new(),
                 };
+                let modifiers = plan
+                    .as_ref()
+                    .map(tierdb_tables::origin::modifiers)
+                    .unwrap_or_default();
                 let text_types = plan
                     .as_ref()
                     .map(crate::textparams::declared_types)
@@ -106,6 +112,7 @@ impl QueryParser for ConnState {
                     schema,
                     params: declared_parameters(sql),
                     ids,
+                    modifiers,
                     text_types,
                     cache: Default::default(),
                 }))
@@ -165,6 +172,7 @@ impl QueryParser for ConnState {
                     None,
                 )
                 .map(|f| crate::tableoid::with_ids(f, &stmt.ids))
+                .map(|f| crate::encode::expression_typmods(f, &stmt.modifiers))
                 .map(|f| match crate::colnames::for_client(&stmt.stmt) {
                     Some(n) => n.apply(f),
                     None => f,

@@ -1,7 +1,7 @@
-//! Proves that COPY FROM STDIN's text decoder never panics on a client's bytes: valid text
-//! COPY data, the kept fuzz corpus (`fuzz/corpus/copy_text`, grown by `scripts/fuzz.sh`) and
-//! thousands of deterministic mutations of them, cut into messages at many sizes, are
-//! decoded and every field parsed as every column type.
+//! Proves that COPY FROM STDIN's text and binary decoders never panic on a client's bytes:
+//! valid COPY data, the kept fuzz corpora (`fuzz/corpus/copy_text`, `copy_binary`, grown by
+//! `scripts/fuzz.sh`) and thousands of deterministic mutations of them, cut into messages at
+//! many sizes, are decoded and every field parsed as every column type.
 
 use tierdb_testkit::mutate::{corpus, mutations};
 
@@ -29,5 +29,23 @@ fn copy_text_decoding_survives_any_client_bytes() {
     }
     for input in corpus("copy_text") {
         tierdb_pgwire::fuzzing::copy_text(&input);
+    }
+}
+
+#[test]
+fn copy_binary_decoding_survives_any_client_bytes() {
+    let seeds = tierdb_testkit::mutate::seeds("copy_binary");
+    assert!(
+        !seeds.is_empty(),
+        "fuzz/seeds/copy_binary holds the valid streams"
+    );
+    for seed in seeds {
+        tierdb_pgwire::fuzzing::copy_binary(&seed);
+        for m in mutations(&seed, 2000, 0xb1) {
+            tierdb_pgwire::fuzzing::copy_binary(&m);
+        }
+    }
+    for input in corpus("copy_binary") {
+        tierdb_pgwire::fuzzing::copy_binary(&input);
     }
 }

@@ -17,6 +17,60 @@ pub fn origins(plan: &LogicalPlan) -> Vec<Option<Origin>> {
         .collect()
 }
 
+/// Whether each output column of `plan` keeps its type's modifier (a typmod), as
+/// PostgreSQL's RowDescription sends one: a stored column's (`NUMERIC(10,2)`, through
+/// subqueries and joins as [`origins`] follows them) and a cast's (`x::numeric(10,2)`);
+/// not a computed value's (`1.5`, `n + 1`, `sum(n)`: `numeric`, typmod -1), whose Arrow
+/// type still has a precision and scale. A cast of a literal that the optimizer folded
+/// into a literal (a prepared statement's kept plan) has none.
+pub fn modifiers(plan: &LogicalPlan) -> Vec<bool> {
+    (0..plan.schema().fields().len())
+        .map(|i| modifier(plan, i, 0))
+        .collect()
+}
+
+fn modifier(plan: &LogicalPlan, i: usize, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    let through = |input: &LogicalPlan, c: &Column| {
+        input
+            .schema()
+            .index_of_column(c)
+            .is_ok_and(|j| modifier(input, j, depth + 1))
+    };
+    match plan {
+        LogicalPlan::Projection(p) => match p.expr.get(i).map(unaliased) {
+            Some(Expr::Column(c)) => through(&p.input, c),
+            Some(Expr::Cast(_) | Expr::TryCast(_)) => true,
+            _ => false,
+        },
+        LogicalPlan::SubqueryAlias(a) => modifier(&a.input, i, depth + 1),
+        LogicalPlan::Filter(f) => modifier(&f.input, i, depth + 1),
+        LogicalPlan::Sort(s) => modifier(&s.input, i, depth + 1),
+        LogicalPlan::Limit(l) => modifier(&l.input, i, depth + 1),
+        LogicalPlan::Join(j) => {
+            let left = j.left.schema().fields().len();
+            if i < left {
+                modifier(&j.left, i, depth + 1)
+            } else {
+                modifier(&j.right, i - left, depth + 1)
+            }
+        }
+        // A grouped column is the column (`SELECT n … GROUP BY n`); an aggregate is computed.
+        LogicalPlan::Aggregate(a) => match a.group_expr.get(i).map(unaliased) {
+            Some(Expr::Column(c)) => through(&a.input, c),
+            Some(Expr::Cast(_) | Expr::TryCast(_)) => true,
+            _ => false,
+        },
+        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input)) => {
+            modifier(input, i, depth + 1)
+        }
+        LogicalPlan::TableScan(_) | LogicalPlan::Extension(_) => origin(plan, i, depth).is_some(),
+        _ => false,
+    }
+}
+
 /// Plans nest this deep at most before a column is given up on (no origin).
 const MAX_DEPTH: usize = 64;
 
@@ -97,5 +151,35 @@ fn unaliased(e: &Expr) -> &Expr {
     match e {
         Expr::Alias(a) => unaliased(&a.expr),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::prelude::SessionContext;
+
+    async fn modifiers_of(sql: &str) -> Vec<bool> {
+        let ctx = SessionContext::new();
+        let plan = ctx.state().create_logical_plan(sql).await.expect("plan");
+        super::modifiers(&plan)
+    }
+
+    #[tokio::test]
+    async fn casts_keep_a_modifier_and_computed_values_do_not() {
+        assert_eq!(
+            modifiers_of(
+                "SELECT 1.5 AS lit, CAST(1.5 AS DECIMAL(10,2)) AS cast, x.b AS sub, x.b + 1 AS sum \
+                 FROM (SELECT CAST(2 AS DECIMAL(5,1)) AS b) x"
+            )
+            .await,
+            vec![false, true, true, false]
+        );
+        assert_eq!(
+            modifiers_of(
+                "SELECT b, sum(b) FROM (SELECT CAST(2 AS DECIMAL(5,1)) AS b) x GROUP BY b ORDER BY b"
+            )
+            .await,
+            vec![true, false]
+        );
     }
 }

@@ -21,6 +21,8 @@ use crate::errors::{table_error, user_error};
 #[derive(Debug, Clone)]
 pub(crate) struct CopyOptions {
     pub(crate) csv: bool,
+    /// FORMAT binary (`binary.rs`): COPY FROM only.
+    pub(crate) binary: bool,
     pub(crate) header: bool,
     pub(crate) delimiter: u8,
     pub(crate) null: String,
@@ -30,6 +32,7 @@ impl CopyOptions {
     pub(crate) fn parse(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> PgWireResult<Self> {
         let mut o = CopyOptions {
             csv: false,
+            binary: false,
             header: false,
             delimiter: b'\t',
             null: "\\N".into(),
@@ -45,8 +48,9 @@ impl CopyOptions {
         for opt in options {
             match opt {
                 CopyOption::Format(f) => match f.value.to_lowercase().as_str() {
-                    "csv" => o.csv = true,
-                    "text" => o.csv = false,
+                    "csv" => (o.csv, o.binary) = (true, false),
+                    "text" => (o.csv, o.binary) = (false, false),
+                    "binary" => (o.csv, o.binary) = (false, true),
                     other => return Err(unsupported(format!("FORMAT {other}"))),
                 },
                 CopyOption::Header(h) => o.header = *h,
@@ -74,7 +78,26 @@ impl CopyOptions {
                 CopyLegacyOption::Delimiter(c) => delimiter = Some(*c),
                 CopyLegacyOption::Null(n) => null = Some(n.clone()),
                 CopyLegacyOption::Header => o.header = true,
+                CopyLegacyOption::Binary => o.binary = true,
                 other => return Err(unsupported(other.to_string())),
+            }
+        }
+        // PostgreSQL's checks and codes (copy.c, ProcessCopyOptions).
+        if o.binary {
+            let refused = if delimiter.is_some() {
+                Some(("42601", "DELIMITER"))
+            } else if null.is_some() {
+                Some(("42601", "NULL"))
+            } else if o.header {
+                Some(("0A000", "HEADER"))
+            } else {
+                None
+            };
+            if let Some((code, what)) = refused {
+                return Err(user_error(
+                    code,
+                    format!("cannot specify {what} in BINARY mode"),
+                ));
             }
         }
         if o.csv {
@@ -140,6 +163,8 @@ impl CopyOptions {
 pub(crate) struct Spool {
     pub(crate) options: CopyOptions,
     pub(crate) file: tempfile::NamedTempFile,
+    /// FORMAT binary: its decoder.
+    binary: Option<super::binary::BinaryIn>,
     /// Text format: the start of a line not yet complete.
     partial: Vec<u8>,
     /// Text format: the `\\.` end marker was seen.
@@ -147,8 +172,13 @@ pub(crate) struct Spool {
 }
 
 impl Spool {
-    pub(crate) fn new(options: CopyOptions) -> std::io::Result<Self> {
+    /// For data of columns of `types` (in the order the data sends them).
+    pub(crate) fn new(
+        options: CopyOptions,
+        types: Vec<tierdb_tables::catalog::ColumnType>,
+    ) -> std::io::Result<Self> {
         Ok(Spool {
+            binary: options.binary.then(|| super::binary::BinaryIn::new(types)),
             options,
             file: tempfile::NamedTempFile::new()?,
             partial: Vec::new(),
@@ -156,8 +186,15 @@ impl Spool {
         })
     }
 
-    /// Adds client data to the spool, as CSV.
+    /// Adds client data to the spool, as CSV. Data that is not what its format says fails
+    /// with an `InvalidData` error holding a [`BadData`](super::binary::BadData).
     pub(crate) fn add(&mut self, data: &[u8]) -> std::io::Result<()> {
+        if let Some(b) = self.binary.as_mut() {
+            let mut out = Vec::with_capacity(data.len() * 2);
+            b.add(data, &mut out)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            return self.file.write_all(&out);
+        }
         if self.options.csv {
             return self.file.write_all(data);
         }
@@ -182,6 +219,11 @@ impl Spool {
     }
 
     pub(crate) fn finish(&mut self) -> std::io::Result<()> {
+        if let Some(b) = &self.binary {
+            b.finish()
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            return self.file.flush();
+        }
         if !self.partial.is_empty() && !self.ended {
             let mut last = std::mem::take(&mut self.partial);
             last.push(b'\n');
@@ -335,8 +377,10 @@ mod tests {
 
     #[test]
     fn unsupported_options_are_refused() {
-        let e = options("COPY t FROM STDIN (FORMAT binary)").expect_err("binary");
-        assert_eq!(sqlstate(&e), "0A000");
+        let o = options("COPY t FROM STDIN (FORMAT binary)").expect("binary");
+        assert!(o.binary && !o.csv);
+        let e = options("COPY t FROM STDIN (FORMAT binary, DELIMITER ',')").expect_err("binary");
+        assert_eq!(sqlstate(&e), "42601");
         let e = options("COPY t FROM STDIN (HEADER true)").expect_err("text header");
         assert_eq!(sqlstate(&e), "0A000");
     }
@@ -351,7 +395,7 @@ mod tests {
     #[test]
     fn the_spool_joins_lines_split_across_messages_and_stops_at_the_end_marker() {
         let o = options("COPY t FROM STDIN").expect("text");
-        let mut spool = Spool::new(o).expect("spool");
+        let mut spool = Spool::new(o, Vec::new()).expect("spool");
         spool.add(b"1\tx\n2\t").expect("add");
         spool.add(b"y\r\n\\.\n3\tignored\n").expect("add");
         spool.finish().expect("finish");
@@ -362,7 +406,7 @@ mod tests {
     #[test]
     fn a_last_line_without_newline_is_kept() {
         let o = options("COPY t FROM STDIN").expect("text");
-        let mut spool = Spool::new(o).expect("spool");
+        let mut spool = Spool::new(o, Vec::new()).expect("spool");
         spool.add(b"1\tx").expect("add");
         spool.finish().expect("finish");
         let data = std::fs::read_to_string(spool.file.path()).expect("read");

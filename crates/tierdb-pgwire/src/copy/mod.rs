@@ -1,7 +1,10 @@
 //! COPY: `COPY t FROM STDIN` spools the client's data and imports it through the import
 //! path (sorted on ingest; one commit, or the session's transaction); `COPY … TO STDOUT`
-//! streams a query's rows out. The data formats are in [`format`].
+//! streams a query's rows out. The data formats are in [`format`] and, for binary COPY
+//! FROM, [`binary`]. A column list (`COPY t (a, c) FROM STDIN`) copies those columns and
+//! gives the others their defaults (`tierdb_tables` `copy_columns.rs`).
 
+pub(crate) mod binary;
 pub(crate) mod format;
 
 use std::fmt::Debug;
@@ -30,6 +33,8 @@ use format::{CopyOptions, Spool, copy_out_stream};
 pub(crate) struct CopyIn {
     session: Arc<SqlSession>,
     table: String,
+    /// The columns listed, when they are not every column in table order.
+    columns: Option<Vec<String>>,
     spool: Spool,
 }
 
@@ -77,32 +82,50 @@ impl ConnState {
                     .require(&name)
                     .await
                     .map_err(|e| table_error(&e))?;
-                let listed: Vec<String> = columns.iter().map(|c| c.value.clone()).collect();
+                let listed: Vec<String> = columns
+                    .iter()
+                    .map(|c| tierdb_tables::sql::ident_name(c))
+                    .collect();
                 let all: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
-                if !listed.is_empty() && listed != all {
-                    return Err(user_error(
-                        "0A000",
-                        format!(
-                            "COPY {name} ({}) FROM STDIN: tierdb copies every column in table \
-                             order; list none, or ({})",
-                            listed.join(", "),
-                            all.join(", ")
-                        ),
-                    ));
+                let columns = (!listed.is_empty() && listed != all).then_some(listed);
+                // The types of the fields the data holds, in its order (binary COPY).
+                let mut types = Vec::new();
+                for name in columns.as_ref().unwrap_or(&all) {
+                    match def.columns.iter().find(|c| &c.name == name) {
+                        Some(c) => types.push(c.ty),
+                        None => {
+                            return Err(user_error(
+                                "42703",
+                                format!(
+                                    "column \"{name}\" of relation \"{}\" does not exist",
+                                    def.name
+                                ),
+                            ));
+                        }
+                    }
                 }
-                let spool = Spool::new(opts)
+                let fields = types.len();
+                let format = i8::from(opts.binary);
+                let spool = Spool::new(opts, types)
                     .map_err(|e| user_error("58030", format!("cannot spool COPY data: {e}")))?;
                 *self.copy.lock().await = Some(CopyIn {
                     session: session.clone(),
                     table: name,
+                    columns,
                     spool,
                 });
                 Ok(Response::CopyIn(CopyResponse::new(
-                    0,
-                    all.len(),
+                    format,
+                    fields,
                     futures::stream::empty(),
                 )))
             }
+            (true, CopyTarget::Stdout) if opts.binary => Err(user_error(
+                "0A000",
+                "COPY … TO STDOUT (FORMAT binary) is not supported by tierdb serve: use FORMAT \
+                 text or csv"
+                    .into(),
+            )),
             (true, CopyTarget::Stdout) => {
                 let query = match source {
                     CopySource::Query(q) => Statement::Query(q),
@@ -206,7 +229,7 @@ impl CopyHandler for ConnState {
             // Outside any session call: the one place a COPY's failure is noted by hand.
             c.session.fail();
             *copy = None;
-            return Err(user_error("58030", format!("cannot spool COPY data: {e}")));
+            return Err(spool_error(&e));
         }
         Ok(())
     }
@@ -251,15 +274,24 @@ impl CopyHandler for ConnState {
     }
 }
 
+/// A spool failure: bad data with its own SQLSTATE (`binary.rs`), else the disk's.
+fn spool_error(e: &std::io::Error) -> PgWireError {
+    match e
+        .get_ref()
+        .and_then(|i| i.downcast_ref::<binary::BadData>())
+    {
+        Some(bad) => user_error(bad.code, format!("{}; nothing was copied", bad.message)),
+        None => user_error("58030", format!("cannot spool COPY data: {e}")),
+    }
+}
+
 impl ConnState {
     async fn import_copy(&self, c: &mut CopyIn) -> PgWireResult<u64> {
-        c.spool
-            .finish()
-            .map_err(|e| user_error("58030", format!("cannot spool COPY data: {e}")))?;
+        c.spool.finish().map_err(|e| spool_error(&e))?;
         let rejects = tempfile::NamedTempFile::new()
             .map_err(|e| user_error("58030", format!("cannot spool COPY data: {e}")))?;
         let options = ImportOptions {
-            format: Some(if c.spool.options.csv {
+            format: Some(if c.spool.options.csv && !c.spool.options.binary {
                 ImportFormat::Csv
             } else {
                 ImportFormat::CopyText
@@ -278,17 +310,26 @@ impl ConnState {
             // Text without an offset is the session's wall-clock time, as in a statement.
             time_zone: c.session.time_zone().parse().ok(),
         };
-        let summary = tierdb_tables::import::import(
-            c.session.tables().clone(),
-            &c.table,
-            &[c.spool.file.path().to_path_buf()],
-            &options,
-            c.session.context().task_ctx(),
-            Arc::new(ImportProgress::default()),
-        )
-        .await;
-        match summary {
-            Ok(s) => Ok(s.rows),
+        let files = [c.spool.file.path().to_path_buf()];
+        let copied = match &c.columns {
+            Some(columns) => {
+                c.session
+                    .import_columns(&c.table, columns, &files, &options)
+                    .await
+            }
+            None => tierdb_tables::import::import(
+                c.session.tables().clone(),
+                &c.table,
+                &files,
+                &options,
+                c.session.context().task_ctx(),
+                Arc::new(ImportProgress::default()),
+            )
+            .await
+            .map(|s| s.rows),
+        };
+        match copied {
+            Ok(rows) => Ok(rows),
             // An empty COPY copies nothing, successfully (the import path refuses it).
             Err(TableError::Import(m)) if m.starts_with("the input holds no rows") => Ok(0),
             Err(TableError::Import(m)) => {

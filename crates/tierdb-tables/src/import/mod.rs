@@ -139,71 +139,12 @@ pub async fn import(
 ) -> Result<ImportSummary> {
     let started = Instant::now();
     let def = tables.require(table).await?;
-    if files.is_empty() {
-        return Err(TableError::Import("no input files given".into()));
-    }
-    let mut plans = Vec::new();
-    let mut total = 0u64;
-    for f in files {
-        let meta = std::fs::metadata(f)
-            .map_err(|e| TableError::Import(format!("{}: {e}", f.display())))?;
-        if !meta.is_file() {
-            return Err(TableError::Import(format!("{}: not a file", f.display())));
-        }
-        total += meta.len();
-        let format = match options.format.or_else(|| Format::detect(f)) {
-            Some(fmt) => fmt,
-            None => {
-                return Err(TableError::Import(format!(
-                    "{}: cannot tell the format from the name; give --format csv, tsv, tbl \
-                     or parquet",
-                    f.display()
-                )));
-            }
-        };
-        plans.push((f.clone(), format));
-    }
-    progress.bytes_total.store(total, Ordering::Relaxed);
-    let schema = def.schema();
-    let rejects = Arc::new(Rejects::new(
-        options.reject_file.clone(),
-        options.max_rejects,
-        progress.clone(),
-    ));
-    // One input partition per parser thread: the sort runs on every partition at once
-    // (DataFusion drives each on its own task under a multi-threaded runtime), then merges.
-    let partitions = options.threads.max(1);
-    let mut senders = Vec::with_capacity(partitions);
-    let mut inputs: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(partitions);
-    for _ in 0..partitions {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, DataFusionError>>(8);
-        senders.push(tx);
-        inputs.push(Arc::new(ChannelPartition {
-            schema: schema.clone(),
-            rx: Mutex::new(Some(rx)),
-        }));
-    }
-    // Parquet is read by one thread: its batches go round the partitions only where they
-    // are consumed at once (otherwise one full partition would wait for another).
-    let spread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    let reader = {
-        let def = def.clone();
-        let options = options.clone();
-        let rejects = rejects.clone();
-        let progress = progress.clone();
-        std::thread::Builder::new()
-            .name("tierdb-import".into())
-            .spawn(move || {
-                read_all(
-                    &def, &plans, &options, &rejects, &progress, &senders, spread,
-                )
-            })
-            .map_err(TableError::Io)?
-    };
-    let input: Arc<dyn datafusion::physical_plan::ExecutionPlan> = Arc::new(
-        StreamingTableExec::try_new(schema.clone(), inputs, None, Vec::new(), false, None)?,
-    );
+    let Reading {
+        input,
+        reader,
+        rejects,
+        bytes: total,
+    } = start_reading(&def, files, options, &progress)?;
     if def.is_row_table() {
         let result = crate::rows::insert_plan(
             &tables,
@@ -301,6 +242,117 @@ pub async fn import(
     })
 }
 
+/// Files being read as rows of a table's columns: the rows as one plan, and the thread that
+/// reads and parses them (it ends when the plan's streams end or are dropped).
+pub(crate) struct Reading {
+    pub(crate) input: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    reader: std::thread::JoinHandle<Result<()>>,
+    rejects: Arc<Rejects>,
+    pub(crate) bytes: u64,
+}
+
+impl Reading {
+    /// Waits for the reader and closes the reject file: the reader's error (a row that
+    /// does not parse, an unreadable file) is the one to report, also when the consumer of
+    /// [`Reading::input`] failed because of it. Returns how many rows were rejected.
+    pub(crate) fn finish(self) -> Result<u64> {
+        let Reading {
+            input,
+            reader,
+            rejects,
+            ..
+        } = self;
+        // Unread partitions would keep the reader waiting to send to them.
+        drop(input);
+        reader
+            .join()
+            .map_err(|_| TableError::Import("the import reader thread panicked".into()))??;
+        rejects.finish()?;
+        Ok(rejects.count())
+    }
+}
+
+/// Starts reading `files` as rows of `def`'s columns (in their order): one input partition
+/// per parser thread.
+pub(crate) fn start_reading(
+    def: &TableDef,
+    files: &[PathBuf],
+    options: &ImportOptions,
+    progress: &Arc<ImportProgress>,
+) -> Result<Reading> {
+    if files.is_empty() {
+        return Err(TableError::Import("no input files given".into()));
+    }
+    let mut plans = Vec::new();
+    let mut total = 0u64;
+    for f in files {
+        let meta = std::fs::metadata(f)
+            .map_err(|e| TableError::Import(format!("{}: {e}", f.display())))?;
+        if !meta.is_file() {
+            return Err(TableError::Import(format!("{}: not a file", f.display())));
+        }
+        total += meta.len();
+        let format = match options.format.or_else(|| Format::detect(f)) {
+            Some(fmt) => fmt,
+            None => {
+                return Err(TableError::Import(format!(
+                    "{}: cannot tell the format from the name; give --format csv, tsv, tbl \
+                     or parquet",
+                    f.display()
+                )));
+            }
+        };
+        plans.push((f.clone(), format));
+    }
+    progress.bytes_total.store(total, Ordering::Relaxed);
+    let schema = def.schema();
+    let rejects = Arc::new(Rejects::new(
+        options.reject_file.clone(),
+        options.max_rejects,
+        progress.clone(),
+    ));
+    // One input partition per parser thread: the sort runs on every partition at once
+    // (DataFusion drives each on its own task under a multi-threaded runtime), then merges.
+    let partitions = options.threads.max(1);
+    let mut senders = Vec::with_capacity(partitions);
+    let mut inputs: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(partitions);
+    for _ in 0..partitions {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, DataFusionError>>(8);
+        senders.push(tx);
+        inputs.push(Arc::new(ChannelPartition {
+            schema: schema.clone(),
+            rx: Mutex::new(Some(rx)),
+        }));
+    }
+    // Parquet is read by one thread: its batches go round the partitions only where they
+    // are consumed at once (otherwise one full partition would wait for another).
+    let spread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    let reader = {
+        let def = def.clone();
+        let options = options.clone();
+        let rejects = rejects.clone();
+        let progress = progress.clone();
+        std::thread::Builder::new()
+            .name("tierdb-import".into())
+            .spawn(move || {
+                read_all(
+                    &def, &plans, &options, &rejects, &progress, &senders, spread,
+                )
+            })
+            .map_err(TableError::Io)?
+    };
+    let input: Arc<dyn datafusion::physical_plan::ExecutionPlan> = Arc::new(
+        StreamingTableExec::try_new(schema.clone(), inputs, None, Vec::new(), false, None)?,
+    );
+    Ok(Reading {
+        input,
+        reader,
+        rejects,
+        bytes: total,
+    })
+}
+
 fn nothing_committed(e: TableError) -> TableError {
     // Errors raised inside the reader come back through DataFusion wrapped; unwrap them.
     let msg = match e {
@@ -338,7 +390,7 @@ type Sender = tokio::sync::mpsc::Sender<Result<RecordBatch, DataFusionError>>;
 
 /// The reject file and count. Exceeding the cap is an error for the whole import.
 #[derive(Debug)]
-struct Rejects {
+pub(crate) struct Rejects {
     path: PathBuf,
     max: u64,
     count: AtomicU64,

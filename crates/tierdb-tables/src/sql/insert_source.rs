@@ -73,19 +73,31 @@ pub(crate) async fn plan(state: &SessionState, stmt: &DfStatement) -> Result<Opt
         .await?
         .ok_or_else(|| DataFusionError::Plan(format!("table '{table}' not found")))?;
     let target = provider_as_source(provider);
-    let table_schema = DFSchema::try_from(target.schema())?;
     let query = DfStatement::Statement(Box::new(Statement::Query(source.clone())));
     let source = state.statement_to_plan(query).await?;
+    let columns: Vec<String> = insert.columns.iter().map(super::ident_name_of).collect();
+    onto_table(table, target, source, &columns).map(Some)
+}
 
+/// Rule 2: `INSERT INTO table (columns) <source>`: each named column cast from the source
+/// column in its position (all the table's columns in order if `columns` is empty), every
+/// other column its default or NULL. Also COPY's column list (`copy_columns.rs`).
+pub(super) fn onto_table(
+    table: datafusion::common::TableReference,
+    target: Arc<dyn datafusion::logical_expr::TableSource>,
+    source: LogicalPlan,
+    columns: &[String],
+) -> Result<LogicalPlan> {
+    let table_schema = DFSchema::try_from(target.schema())?;
     // Where each table column's value comes from: the source column at that position of
     // the column list (all columns in order if there is none), else its default.
     let width = table_schema.fields().len();
     let mut from = vec![None; width];
-    if insert.columns.is_empty() {
+    if columns.is_empty() {
         from = (0..width).map(Some).collect();
     } else {
-        for (i, c) in insert.columns.iter().enumerate() {
-            let c = super::ident_name_of(c);
+        for (i, c) in columns.iter().enumerate() {
+            let c = c.clone();
             let at = table_schema
                 .index_of_column_by_name(None, &c)
                 .ok_or_else(|| {
@@ -132,12 +144,12 @@ pub(crate) async fn plan(state: &SessionState, stmt: &DfStatement) -> Result<Opt
         exprs.push(expr.alias(field.name()));
     }
     let input = LogicalPlanBuilder::from(source).project(exprs)?.build()?;
-    Ok(Some(LogicalPlan::Dml(DmlStatement::new(
+    Ok(LogicalPlan::Dml(DmlStatement::new(
         table,
         target,
         WriteOp::Insert(InsertOp::Append),
         Arc::new(input),
-    ))))
+    )))
 }
 
 /// Rule 3: gives an INSERT without a column list, whose source (a VALUES list, or a SELECT

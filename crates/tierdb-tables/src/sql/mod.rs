@@ -30,6 +30,7 @@ mod alter_type;
 mod casts;
 pub mod colnames;
 mod colstorage_stmt;
+mod copy_columns;
 mod ddl;
 mod execute;
 mod explain;

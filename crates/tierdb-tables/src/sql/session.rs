@@ -209,6 +209,16 @@ impl Rows {
         }
     }
 
+    /// Whether each column keeps its type's modifier (`origin::modifiers`); a key
+    /// lookup's columns are the table's.
+    pub fn modifiers(&self) -> Vec<bool> {
+        match &self.source {
+            Source::Plan(df) => crate::origin::modifiers(df.logical_plan()),
+            Source::Optimized(_, plan) => crate::origin::modifiers(plan),
+            Source::Ready(schema, _) => vec![true; schema.fields().len()],
+        }
+    }
+
     /// The rows as a stream.
     pub async fn execute_stream(self) -> Result<SendableRecordBatchStream> {
         let mut guard = FailUnlessDone(Some(&self.abort));
