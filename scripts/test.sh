@@ -81,9 +81,9 @@ command -v sysbench >/dev/null || { echo "error: sysbench is needed for the OLTP
 echo "== tierdb serve with PostgreSQL clients: psycopg 3, psycopg2, SQLAlchemy, pandas, asyncpg, psql; bad input, SIGKILL during COMMIT, TLS, VACUUM (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_pg.py")
-echo "== keys, indexes and defaults in pg_catalog beside PostgreSQL 15: psql \\d and \\di, pg_dump's key and index statements, a dump restored into tierdb keeps its row tables (pytest)"
-(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
-  "$ROOT/python/tests/test_catalog_keys.py")
+echo "== keys, indexes and defaults in pg_catalog beside PostgreSQL 15: psql \\d and \\di, pg_dump's key and index statements, a dump restored into tierdb keeps its row tables; pg_dump round trips tierdb→tierdb, tierdb→PostgreSQL, PostgreSQL→tierdb; DataGrip's and Grafana's recorded startup queries (pytest)"
+(cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 900 "$PY" -m pytest -q -p no:cacheprovider \
+  "$ROOT/python/tests/test_catalog_keys.py" "$ROOT/python/tests/test_dump_round_trip.py" "$ROOT/python/tests/test_recorded.py")
 echo "== schemas other than public beside PostgreSQL 15: queries, mistakes' SQLSTATEs, psql \\dn+ \\dt \\d \\di \\ds, pg_dump -n, a dump restored, DROP SCHEMA CASCADE (pytest)"
 (cd "$ZT" && TIERDB_BIN="$CARGO_TARGET_DIR/debug/tierdb" timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
   "$ROOT/python/tests/test_schemas.py")

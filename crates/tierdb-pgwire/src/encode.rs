@@ -21,25 +21,32 @@ pub(crate) fn describe(
     options: Option<Arc<pgwire::types::format::FormatOptions>>,
 ) -> PgWireResult<Vec<FieldInfo>> {
     use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion_postgres::arrow_pg::datatypes::PG_OID_ALIAS_KEY;
     use datafusion_postgres::arrow_pg::datatypes::arrow_schema_to_pg_fields;
     // arrow-pg knows no Decimal256 (a literal of more than 38 digits): NUMERIC too, and
-    // sent by `numeric.rs` as every NUMERIC is.
+    // sent by `numeric.rs` as every NUMERIC is. An oid column cast to another integer
+    // (`oid::bigint`, DataGrip's) keeps the column's oid marker through DataFusion's cast:
+    // it is that integer type, as PostgreSQL describes it.
+    let oid_cast = |f: &Field| {
+        f.metadata().contains_key(PG_OID_ALIAS_KEY) && f.data_type() != &DataType::Int32
+    };
     let fields = if schema
         .fields()
         .iter()
-        .any(|f| matches!(f.data_type(), DataType::Decimal256(..)))
+        .any(|f| matches!(f.data_type(), DataType::Decimal256(..)) || oid_cast(f))
     {
-        let as_numeric = schema.fields().iter().map(|f| match f.data_type() {
+        let adjusted = schema.fields().iter().map(|f| match f.data_type() {
             DataType::Decimal256(_, s) => {
                 Field::new(f.name(), DataType::Decimal128(38, *s), f.is_nullable())
             }
+            _ if oid_cast(f) => {
+                let mut metadata = f.metadata().clone();
+                metadata.remove(PG_OID_ALIAS_KEY);
+                f.as_ref().clone().with_metadata(metadata)
+            }
             _ => f.as_ref().clone(),
         });
-        arrow_schema_to_pg_fields(
-            &Schema::new(as_numeric.collect::<Vec<_>>()),
-            format,
-            options,
-        )?
+        arrow_schema_to_pg_fields(&Schema::new(adjusted.collect::<Vec<_>>()), format, options)?
     } else {
         arrow_schema_to_pg_fields(schema, format, options)?
     };
@@ -388,10 +395,7 @@ fn fraction_trimmed(t: &str) -> String {
     let Some(dot) = t.find('.') else {
         return t.to_string();
     };
-    let digits = t[dot + 1..]
-        .bytes()
-        .take_while(u8::is_ascii_digit)
-        .count();
+    let digits = t[dot + 1..].bytes().take_while(u8::is_ascii_digit).count();
     let kept = t[dot + 1..dot + 1 + digits].trim_end_matches('0');
     let rest = &t[dot + 1 + digits..];
     if kept.is_empty() {
@@ -546,6 +550,20 @@ mod describe_tests {
         let fields = expression_typmods(fields, &[true, false, false]);
         let got: Vec<i32> = fields.iter().map(|f| f.type_modifier()).collect();
         assert_eq!(got, [(10 << 16 | 2) + 4, -1, -1]);
+    }
+
+    #[test]
+    fn an_oid_cast_to_bigint_is_described_as_bigint() {
+        use datafusion_postgres::arrow_pg::datatypes::PG_OID_ALIAS_KEY;
+        let marked = |ty: DataType| {
+            Field::new("o", ty, true)
+                .with_metadata([(PG_OID_ALIAS_KEY.to_string(), "oid".to_string())].into())
+        };
+        let schema = Schema::new(vec![marked(DataType::Int32), marked(DataType::Int64)]);
+        let fields =
+            describe(&schema, &pgwire::api::portal::Format::UnifiedText, None).expect("fields");
+        assert_eq!(fields[0].datatype(), &Type::OID);
+        assert_eq!(fields[1].datatype(), &Type::INT8);
     }
 
     #[test]

@@ -142,15 +142,11 @@ impl QueryParser for ConnState {
         stmt: &Prepared,
         column_format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        if let Statement::ShowVariable { variable } = &stmt.stmt {
-            let name = variable
-                .iter()
-                .map(|v| v.value.to_lowercase())
-                .collect::<Vec<_>>()
-                .join("_");
+        // A SHOW answers one text column (PostgreSQL: type text), named as PostgreSQL
+        // names it.
+        if let Some(name) = crate::show::shown_column(&stmt.stmt) {
             return Ok(vec![
-                FieldInfo::new(name, None, None, Type::VARCHAR, FieldFormat::Text)
-                    .with_type_size(-1),
+                FieldInfo::new(name, None, None, Type::TEXT, FieldFormat::Text).with_type_size(-1),
             ]);
         }
         // UPDATE and DELETE are planned as the query that names their rows (tierdb-tables'

@@ -181,6 +181,35 @@ fn names_sequence_as_regclass(sql: &str) -> bool {
 /// `pg_attrdef` lookups with NULL (`keysql.rs` rule 3), another make a sequence's
 /// `regclass` name a subquery on `pg_class` (`tierdb_tables::parsefix` rule 2) before any
 /// later rewrite saw them. `None` where PostgreSQL's syntax does not parse it.
+/// `SELECT current_user, current_catalog`: datafusion-pg-catalog's rules call them
+/// `session_user` and `current_database()` (the same values), which DataFusion then names
+/// the columns; PostgreSQL names them `current_user` and `current_catalog` (DataGrip's and
+/// JDBC tools' startup queries read them by name). Unaliased items of a top-level SELECT
+/// get those names as aliases before the rules run.
+fn name_special_registers(s: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{Expr, FunctionArguments, Ident, SelectItem, SetExpr};
+    let Statement::Query(q) = s else {
+        return;
+    };
+    let SetExpr::Select(select) = q.body.as_mut() else {
+        return;
+    };
+    for item in &mut select.projection {
+        let SelectItem::UnnamedExpr(Expr::Function(f)) = item else {
+            continue;
+        };
+        let name = f.name.to_string().to_ascii_lowercase();
+        if matches!(f.args, FunctionArguments::None)
+            && matches!(name.as_str(), "current_user" | "current_catalog")
+        {
+            *item = SelectItem::ExprWithAlias {
+                expr: Expr::Function(f.clone()),
+                alias: Ident::new(name),
+            };
+        }
+    }
+}
+
 fn parsed_before_rules(
     parser: &PostgresCompatibilityParser,
     sql: &str,
@@ -208,7 +237,12 @@ fn parse_unrepaired(
         names_sequence_as_regclass(sql),
         crate::systemcols::names_catalog_regclass(sql),
     );
+    let lower = sql.to_ascii_lowercase();
+    let registers = lower.contains("current_user") || lower.contains("current_catalog");
     let first = |s: &mut Statement| {
+        if registers {
+            name_special_registers(s);
+        }
         if catalog {
             crate::systemcols::catalog_regclass(s);
         }
@@ -218,7 +252,7 @@ fn parse_unrepaired(
             tierdb_tables::parsefix::repair(s);
         }
     };
-    let parsed = if attrdef || sequence || catalog {
+    let parsed = if attrdef || sequence || catalog || registers {
         parsed_before_rules(parser, sql, &first).ok_or(())
     } else {
         Err(())
@@ -299,6 +333,17 @@ mod tests {
         assert!(
             s[0].to_string()
                 .contains("setval('public.t_id_seq', 3, true)")
+        );
+    }
+
+    #[test]
+    fn special_registers_keep_postgresqls_column_names() {
+        let s = parse_str("select current_database(), CURRENT_USER, current_catalog, user AS u")
+            .expect("parses");
+        assert_eq!(
+            s[0].to_string(),
+            "SELECT current_database(), session_user AS current_user, current_database() AS \
+             current_catalog, user AS u"
         );
     }
 

@@ -139,6 +139,23 @@ pub(crate) fn shown_variable(stmt: &Statement) -> Option<String> {
     )
 }
 
+/// The column a `SHOW` answers in, named as PostgreSQL names it: the setting's own
+/// spelling (`SHOW TRANSACTION ISOLATION LEVEL` → `transaction_isolation`, `SHOW time zone`
+/// → `TimeZone`), else the name shown.
+pub(crate) fn shown_column(stmt: &Statement) -> Option<String> {
+    let name = shown_variable(stmt)?;
+    Some(
+        match name.as_str() {
+            "transaction.isolation.level" => "transaction_isolation",
+            "time.zone" | "timezone" => "TimeZone",
+            "datestyle" => "DateStyle",
+            "intervalstyle" => "IntervalStyle",
+            other => other,
+        }
+        .to_string(),
+    )
+}
+
 /// `SHOW server_version` answers what the startup parameters said.
 pub(crate) fn show_server_version(stmt: &Statement) -> Option<PgWireResult<Response>> {
     let name = shown_variable(stmt)?;
@@ -195,7 +212,10 @@ pub(crate) fn show_isolation(
         "default_transaction_isolation" => session.default_isolation(),
         _ => return None,
     };
-    Some(Ok(one_value(name, value.name().to_string())))
+    Some(Ok(one_value(
+        shown_column(stmt).unwrap_or(name),
+        value.name().to_string(),
+    )))
 }
 
 /// A one-row, one-column text answer named `name`.
@@ -214,6 +234,22 @@ fn one_value(name: String, value: String) -> Response {
 mod tests {
     use super::*;
     use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Reset};
+
+    #[test]
+    fn shown_columns_are_named_as_postgresql_names_them() {
+        use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
+        let column = |sql: &str| {
+            let s = Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("parse");
+            shown_column(&s[0])
+        };
+        assert_eq!(
+            column("SHOW TRANSACTION ISOLATION LEVEL").as_deref(),
+            Some("transaction_isolation")
+        );
+        assert_eq!(column("SHOW timezone").as_deref(), Some("TimeZone"));
+        assert_eq!(column("SHOW search_path").as_deref(), Some("search_path"));
+        assert_eq!(column("SELECT 1"), None);
+    }
 
     #[test]
     fn reset_is_accepted_except_for_the_time_zone() {
