@@ -82,10 +82,8 @@ impl ConnState {
                     .require(&name)
                     .await
                     .map_err(|e| table_error(&e))?;
-                let listed: Vec<String> = columns
-                    .iter()
-                    .map(|c| tierdb_tables::sql::ident_name(c))
-                    .collect();
+                let listed: Vec<String> =
+                    columns.iter().map(tierdb_tables::sql::ident_name).collect();
                 let all: Vec<String> = def.columns.iter().map(|c| c.name.clone()).collect();
                 let columns = (!listed.is_empty() && listed != all).then_some(listed);
                 // The types of the fields the data holds, in its order (binary COPY).
