@@ -137,6 +137,10 @@ pub struct KvArgs {
     /// Do not run the compactor in this process.
     #[arg(long)]
     pub no_compaction: bool,
+    /// SQL tables: SlateDB's cache of decoded SST blocks, taken out of the DRAM tier
+    /// (at most half of it) [default: a quarter of the DRAM tier].
+    #[arg(long)]
+    pub block_cache_bytes: Option<ByteSize>,
     #[command(flatten)]
     pub tiers: TierArgs,
 }

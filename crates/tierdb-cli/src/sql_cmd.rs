@@ -235,8 +235,27 @@ pub async fn open_engine(
     // the writer's garbage collector cannot delete SSTs under it.
     options.pin_checkpoint = role == Role::Follower;
     let plan = engine.memory_plan(kv.tiers.memory_bytes)?;
-    options.store.tiers.memory_bytes = plan.tier;
-    tracing::info!("{}", plan.describe());
+    // Row tables read a 4 KiB SST block per point read: decoded blocks kept in SlateDB's
+    // cache skip the DRAM tier's copy, the checksum and the decompression of each one.
+    // The cache comes out of the DRAM tier, so the process holds no more than it did.
+    let block_cache = match kv.block_cache_bytes {
+        Some(b) if b.as_u64() > plan.tier / 2 => {
+            return Err(CliError::input(format!(
+                "--block-cache-bytes {b} is more than half of the DRAM tier ({}): make it \
+                 smaller or the tier (--memory-bytes) larger",
+                ByteSize(plan.tier)
+            )));
+        }
+        Some(b) => b.as_u64(),
+        None => plan.tier / 4,
+    };
+    options.kv.block_cache_bytes = block_cache;
+    options.store.tiers.memory_bytes = plan.tier - block_cache;
+    tracing::info!(
+        "{}; SST block cache {} of the DRAM tier",
+        plan.describe(),
+        ByteSize(block_cache)
+    );
     let database = Database::open(db, &options).await?;
     let mut tables = database.tables();
     tables.segment_options = engine.segment_options();

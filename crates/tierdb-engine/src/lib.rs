@@ -85,7 +85,7 @@ impl OpenOptions {
     /// | setting | Kv | Objects | Tables |
     /// |---|---|---|---|
     /// | SST compression | zstd | lz4 (records are zstd-compressed already) | lz4 (row tables' point reads decode a block each: zstd made a decoder context per block, a sixth of the CPU of a point select) |
-    /// | SlateDB block cache | off (the DRAM tier holds blocks) | 32 MiB (a load is two gets: keep decoded blocks) | off |
+    /// | SlateDB block cache | off (the DRAM tier holds blocks) | 32 MiB (a load is two gets: keep decoded blocks) | off here; `tierdb sql`/`serve` give it a quarter of the DRAM tier (`--block-cache-bytes`) |
     /// | sequential cutoff | 1 MiB (a compaction's reads do not flush the cache) | 1 MiB | none (segment scans are the hot data) |
     /// | block size of table segments | default (64 KiB) | default | 1 MiB (`SEGMENT_BLOCK_BYTES`) |
     ///
