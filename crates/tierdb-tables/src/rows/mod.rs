@@ -14,7 +14,8 @@
 //! - [`index`]: secondary indexes, maintained with their rows.
 //! - [`locks`]: row locks, deadlock detection, the record of recent commits.
 //! - [`txn`]: a transaction's uncommitted rows and locks.
-//! - [`provider`]: DataFusion's view of a row table: key-range scans, INSERT.
+//! - [`provider`]: DataFusion's view of a row table: which keys a scan reads, INSERT.
+//! - [`scan`]: the scan itself, bound at planning or, in a kept plan, at each execution.
 //! - [`dml`]: UPDATE and DELETE of row tables.
 //! - [`fast`]: the short path of primary-key lookups (one KV read, no DataFusion plan).
 //! - [`fastdml`]: the short path of single-row UPDATE, DELETE and INSERT … VALUES.
@@ -47,6 +48,7 @@ pub(crate) mod keys;
 pub(crate) mod locks;
 pub(crate) mod provider;
 pub(crate) mod retype;
+pub(crate) mod scan;
 pub mod sequence;
 pub(crate) mod txn;
 pub(crate) mod upsert;

@@ -2,9 +2,11 @@
 //! (point gets for an equality on the whole primary key, a key range for a range or an
 //! equality on its leading columns), and INSERT.
 //!
-//! Every filter stays above the scan (pushdown is "inexact"): the key range only narrows
-//! what is read, so a filter the range does not capture exactly still decides. A literal
-//! that cannot be cast to the key column's type without loss narrows nothing.
+//! A filter stays above the scan (pushdown is "inexact") unless `exact.rs` answers it: the
+//! key range only narrows what is read, so a filter the range does not capture exactly
+//! still decides. A literal that cannot be cast to the key column's type without loss
+//! narrows nothing. The scan itself, bound now or at each execution of a kept plan, is
+//! `scan.rs`'s.
 
 use std::fmt;
 use std::ops::Bound;
@@ -12,7 +14,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use datafusion::arrow::array::{ArrayRef, BinaryArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::Session;
 use datafusion::common::{ScalarValue, project_schema};
@@ -24,25 +25,16 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{
     BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
 };
-use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
-use futures::StreamExt;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 
-use super::exact::Within;
-use super::{RowReader, format, key_columns, keys, table_prefix, table_range};
+use super::scan::{RowScanExec, ScanInput};
+use super::{key_columns, keys, table_prefix, table_range};
 use crate::catalog::{ColumnType, TableDef};
-use crate::error::{Result, TableError};
+use crate::error::TableError;
 use crate::tables::Tables;
 
 /// The row-id column of a row table's DML view: the row's key.
 pub(crate) const KEY_COLUMN: &str = "__tierdb_key";
-
-/// Rows decoded per batch of a scan.
-const BATCH_ROWS: usize = 4096;
 
 /// A row table, as queries and INSERT see it; with `with_key`, also the key column that
 /// UPDATE and DELETE read (`dml.rs`).
@@ -105,7 +97,7 @@ pub(crate) enum Access {
 }
 
 impl Access {
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Access::Points(p) => format!("primary key lookup ×{}", p.len()),
             Access::Ranges(r) if r.len() == 1 && r[0].0 == Bound::Unbounded => "full scan".into(),
@@ -411,19 +403,17 @@ impl TableProvider for RowTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let within = super::exact::within(&self.def, filters)?;
-        let access = match within {
-            Within::Nothing => Access::Ranges(Vec::new()),
-            _ => access(&self.def, filters),
-        };
-        let tx = crate::txn::current(state.config());
-        let snapshot = match &tx {
-            Some(t) => t.snapshot(&self.tables)?.map(|s| s.kv.clone()),
-            None => None,
-        };
-        let reader = {
-            let rows = tx.as_ref().map(|t| t.rows.lock());
-            RowReader::new(&self.tables, &self.def, rows.as_deref(), snapshot)?
+        // A plan made to be kept (`sql/plancache.rs`, invariant 6) binds its scans at
+        // each execution (`scan.rs`); any other is bound now.
+        let input = if super::scan::defers(state.config())
+            || filters.iter().any(super::scan::has_placeholder)
+        {
+            ScanInput::Unbound {
+                tables: self.tables.clone(),
+                filters: filters.to_vec(),
+            }
+        } else {
+            ScanInput::bind(&self.tables, &self.def, filters, state.config())?
         };
         let projected = project_schema(&self.schema, projection)?;
         Ok(Arc::new(RowScanExec::new(
@@ -431,9 +421,7 @@ impl TableProvider for RowTable {
             self.schema.clone(),
             projected,
             projection.cloned(),
-            access,
-            within,
-            Arc::new(reader),
+            input,
             limit,
             self.with_key,
         )))
@@ -461,248 +449,6 @@ impl TableProvider for RowTable {
             )),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
-    }
-}
-
-/// The scan of a row table: reads `access` through one reader, in key order.
-#[derive(Debug)]
-pub(crate) struct RowScanExec {
-    def: TableDef,
-    schema: SchemaRef,
-    projection: Option<Vec<usize>>,
-    access: Access,
-    /// The keys the exact filters allow (`exact.rs`, invariant 2).
-    within: Within,
-    reader: Arc<RowReader>,
-    limit: Option<usize>,
-    with_key: bool,
-    properties: Arc<PlanProperties>,
-}
-
-impl fmt::Debug for RowReader {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RowReader").finish_non_exhaustive()
-    }
-}
-
-impl RowScanExec {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        def: TableDef,
-        schema: SchemaRef,
-        projected: SchemaRef,
-        projection: Option<Vec<usize>>,
-        access: Access,
-        within: Within,
-        reader: Arc<RowReader>,
-        limit: Option<usize>,
-        with_key: bool,
-    ) -> Self {
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(projected),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
-        RowScanExec {
-            def,
-            schema,
-            projection,
-            access,
-            within,
-            reader,
-            limit,
-            with_key,
-            properties,
-        }
-    }
-}
-
-impl DisplayAs for RowScanExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "RowScanExec: table={} (row store: KV engine), {}",
-            self.def.name,
-            self.access.describe()
-        )?;
-        if let Some(l) = self.limit {
-            write!(f, ", fetch={l}")?;
-        }
-        Ok(())
-    }
-}
-
-impl ExecutionPlan for RowScanExec {
-    fn name(&self) -> &str {
-        "RowScanExec"
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
-        ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion>,
-    ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion> {
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        Vec::new()
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Ok(self)
-    }
-
-    fn execute(
-        &self,
-        _partition: usize,
-        _context: Arc<TaskContext>,
-    ) -> DfResult<SendableRecordBatchStream> {
-        let out_schema = self.properties.eq_properties.schema().clone();
-        let scan = Scan {
-            def: self.def.clone(),
-            schema: self.schema.clone(),
-            projection: self.projection.clone(),
-            reader: self.reader.clone(),
-            within: self.within.clone(),
-            with_key: self.with_key,
-            left: self.limit.unwrap_or(usize::MAX),
-        };
-        let stream = futures::stream::unfold(
-            (
-                scan,
-                self.access.clone(),
-                0usize,
-                None::<Bound<Bytes>>,
-                false,
-            ),
-            |(scan, access, at, resume, done)| async move {
-                if done {
-                    return None;
-                }
-                match scan.next(&access, at, resume).await {
-                    Ok(Some((batch, at, resume))) => {
-                        Some((Ok(batch), (scan, access, at, resume, false)))
-                    }
-                    Ok(None) => None,
-                    Err(e) => Some((
-                        Err(DataFusionError::from(e)),
-                        (scan, access, at, None, true),
-                    )),
-                }
-            },
-        );
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            out_schema,
-            stream.boxed(),
-        )))
-    }
-}
-
-struct Scan {
-    def: TableDef,
-    schema: SchemaRef,
-    projection: Option<Vec<usize>>,
-    reader: Arc<RowReader>,
-    within: Within,
-    with_key: bool,
-    left: usize,
-}
-
-impl Scan {
-    /// The next batch: from range/point `at`, resuming a range at `resume`.
-    async fn next(
-        &self,
-        access: &Access,
-        mut at: usize,
-        mut resume: Option<Bound<Bytes>>,
-    ) -> Result<Option<(RecordBatch, usize, Option<Bound<Bytes>>)>> {
-        if self.left == 0 {
-            return Ok(None);
-        }
-        let mut rows: Vec<(Bytes, Bytes)> = Vec::new();
-        match access {
-            Access::Points(points) => {
-                while at < points.len() && rows.len() < BATCH_ROWS {
-                    if !self.within.contains(&points[at]) {
-                        at += 1;
-                        continue;
-                    }
-                    if let Some(v) = self.reader.get(&points[at]).await? {
-                        rows.push((points[at].clone(), v));
-                    }
-                    at += 1;
-                }
-            }
-            Access::Index(_, prefixes) => {
-                while at < prefixes.len() && rows.is_empty() {
-                    let p = &prefixes[at];
-                    let end = tierdb_kv::prefix_end(p).map_or(Bound::Unbounded, Bound::Excluded);
-                    let start = resume.take().unwrap_or_else(|| Bound::Included(p.clone()));
-                    let (page, next) = self.reader.scan((start, end), BATCH_ROWS).await?;
-                    for (_, row_key) in page {
-                        if !self.within.contains(&row_key) {
-                            continue;
-                        }
-                        if let Some(v) = self.reader.get(&row_key).await? {
-                            rows.push((row_key, v));
-                        }
-                    }
-                    match next {
-                        Some(r) => resume = Some(r),
-                        None => at += 1,
-                    }
-                }
-            }
-            Access::Ranges(ranges) => {
-                while at < ranges.len() && rows.is_empty() {
-                    let (s, e) = &ranges[at];
-                    let start = resume.take().unwrap_or_else(|| s.clone());
-                    let (page, next) = self.reader.scan((start, e.clone()), BATCH_ROWS).await?;
-                    rows = page;
-                    rows.retain(|(k, _)| self.within.contains(k));
-                    match next {
-                        Some(r) => resume = Some(r),
-                        None => at += 1,
-                    }
-                }
-            }
-        }
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        let rows: Vec<(Bytes, Bytes)> = rows.into_iter().take(self.left).collect();
-        let batch = self.decode(&rows)?;
-        Ok(Some((batch, at, resume)))
-    }
-
-    fn decode(&self, rows: &[(Bytes, Bytes)]) -> Result<RecordBatch> {
-        let decoded = rows
-            .iter()
-            .map(|(k, v)| format::decode_row(&self.def, k, v))
-            .collect::<Result<Vec<_>>>()?;
-        let table_schema = self.def.schema();
-        let batch = format::to_batch(&self.def, &table_schema, decoded)?;
-        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
-        if self.with_key {
-            columns.push(Arc::new(BinaryArray::from_iter_values(
-                rows.iter().map(|(k, _)| k.as_ref()),
-            )));
-        }
-        let full = RecordBatch::try_new(self.schema.clone(), columns)?;
-        Ok(match &self.projection {
-            Some(p) => full.project(p)?,
-            None => full,
-        })
     }
 }
 

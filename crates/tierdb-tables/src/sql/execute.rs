@@ -205,6 +205,13 @@ impl SqlSession {
                 abort: self.abort.clone(),
             }));
         }
+        if let Some(kept) = super::plancache::as_kept_physical(&plan) {
+            // A prepared query's kept physical plan (`plancache.rs`, invariant 6).
+            return Ok(Outcome::Rows(Rows {
+                source: Source::Physical(Box::new(kept.clone())),
+                abort: self.abort.clone(),
+            }));
+        }
         if let Some(optimized) = super::plancache::as_optimized(&plan) {
             // A prepared query's kept plan, analyzed and optimized already, its values
             // bound (`plancache.rs`, invariant 5): only its physical plan is made.

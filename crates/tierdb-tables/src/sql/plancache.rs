@@ -37,15 +37,28 @@
 //!    binds its values into it and reads the same rows the freshly optimized plan would
 //!    (only simplifications the values would have allowed are missed). A plan the
 //!    optimizer refuses with its parameters unbound is kept unoptimized.
+//! 6. Such a plan also keeps its *physical* plan where one can be made with the
+//!    parameters unbound: DataFusion's physical planner refuses a parameter anywhere but
+//!    in the filters a row table's scan answers itself, and those scans are planned
+//!    unbound (`rows/scan.rs`). Each execution runs a copy of it with its scans bound to
+//!    the execution's values and transaction, every other node made fresh, under the
+//!    task context made with it (the session's settings and transaction slot, which
+//!    invariant 3 holds still). Not in a session whose queries go to workers: their
+//!    plans are the distributed planner's.
 
 use std::sync::{Arc, Weak};
 
-use datafusion::common::DFSchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::metadata::ScalarAndMetadata;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchemaRef, ParamValues, ScalarValue};
 use datafusion::datasource::source_as_provider;
+use datafusion::execution::{SessionState, TaskContext};
+use datafusion::logical_expr::expr::Placeholder;
 use datafusion::logical_expr::{
     Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore, Volatility,
 };
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 
 use super::{SqlSession, StatementKind};
@@ -75,7 +88,8 @@ enum Optimization {
     NotYet,
     /// Not a query, not immutable, or refused by the optimizer unbound.
     No,
-    /// Wrapped in an [`OptimizedPlan`]: the session makes its physical plan only.
+    /// Wrapped in an [`OptimizedPlan`] (the session makes its physical plan only) or in a
+    /// [`KeptPhysical`] (it binds and runs it: invariant 6).
     Yes(LogicalPlan),
 }
 
@@ -86,6 +100,8 @@ pub(crate) struct PlanCacheStats {
     misses: std::sync::atomic::AtomicU64,
     /// Hits whose plan was optimized already (invariant 5).
     optimized: std::sync::atomic::AtomicU64,
+    /// Of those, hits whose physical plan was kept too (invariant 6).
+    physical: std::sync::atomic::AtomicU64,
 }
 
 impl SqlSession {
@@ -117,9 +133,7 @@ impl SqlSession {
                 .await?;
             self.plan_cache.hits.fetch_add(1, Ordering::Relaxed);
             if settled {
-                if as_optimized(&plan).is_some() {
-                    self.plan_cache.optimized.fetch_add(1, Ordering::Relaxed);
-                }
+                self.count_optimized(&plan);
                 return Ok(Some(plan));
             }
             // The second execution: the statement is run again, so its optimized plan
@@ -134,8 +148,8 @@ impl SqlSession {
                     None => Optimization::No,
                 };
             }
-            if optimized.is_some() {
-                self.plan_cache.optimized.fetch_add(1, Ordering::Relaxed);
+            if let Some(p) = &optimized {
+                self.count_optimized(p);
             }
             return Ok(Some(optimized.unwrap_or(plan)));
         }
@@ -176,8 +190,19 @@ impl SqlSession {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
+    fn count_optimized(&self, plan: &LogicalPlan) {
+        use std::sync::atomic::Ordering;
+        if as_kept_physical(plan).is_some() {
+            self.plan_cache.optimized.fetch_add(1, Ordering::Relaxed);
+            self.plan_cache.physical.fetch_add(1, Ordering::Relaxed);
+        } else if as_optimized(plan).is_some() {
+            self.plan_cache.optimized.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// `plan` analyzed and optimized with its parameters unbound, marked for
-    /// [`SqlSession`]'s execution, if it may be kept so (invariant 5).
+    /// [`SqlSession`]'s execution, if it may be kept so (invariant 5); with its physical
+    /// plan where that can be kept too (invariant 6).
     async fn optimized_for_keeping(&self, plan: &LogicalPlan) -> Option<LogicalPlan> {
         if !immutable_query(plan) {
             return None;
@@ -185,8 +210,21 @@ impl SqlSession {
         self.measure_join_inputs(plan).await;
         let ctx = self.exec_ctx();
         let (state, unbound) = (ctx.state(), plan.clone());
-        match crate::interrupt::off_task(async move { state.optimize(&unbound) }).await {
-            Ok(optimized) => Some(LogicalPlan::Extension(Extension {
+        let physical_too = !self.distributed;
+        let made = crate::interrupt::off_task(async move {
+            let optimized = state.optimize(&unbound)?;
+            let kept = match physical_too {
+                true => KeptPhysical::make(state, &optimized).await,
+                false => None,
+            };
+            Ok::<_, datafusion::error::DataFusionError>((optimized, kept))
+        })
+        .await;
+        match made {
+            Ok((_, Some(kept))) => Some(LogicalPlan::Extension(Extension {
+                node: Arc::new(kept),
+            })),
+            Ok((optimized, None)) => Some(LogicalPlan::Extension(Extension {
                 node: Arc::new(OptimizedPlan { input: optimized }),
             })),
             Err(e) => {
@@ -194,6 +232,13 @@ impl SqlSession {
                 None
             }
         }
+    }
+
+    /// How many prepared executions ran a kept physical plan (invariant 6).
+    pub fn plan_cache_physical(&self) -> u64 {
+        self.plan_cache
+            .physical
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many prepared executions used a kept plan optimized already (invariant 5).
@@ -321,6 +366,180 @@ pub(crate) fn as_optimized(plan: &LogicalPlan) -> Option<&LogicalPlan> {
             .as_any()
             .downcast_ref::<OptimizedPlan>()
             .map(|o| &o.input),
+        _ => None,
+    }
+}
+
+/// A kept plan whose physical plan is kept too (invariant 6): the session binds a copy of
+/// it to the execution's values and runs it. Its expressions are its parameters, so the
+/// protocol infers and binds them as for any plan; its input is not a child (binding
+/// values into it would only cost).
+#[derive(Debug, Clone)]
+pub(crate) struct KeptPhysical {
+    /// The optimized plan, its parameters unbound: the columns, their origins.
+    logical: LogicalPlan,
+    physical: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
+    /// One per parameter, in the order of their numbers: the parameter, and once bound
+    /// its value.
+    params: Vec<Expr>,
+    /// Their numbers (`$n`).
+    numbers: Vec<usize>,
+}
+
+impl KeptPhysical {
+    /// The kept physical plan of `optimized` (made under `state` with its row scans
+    /// unbound), if every row scan in it is unbound and nothing else holds a parameter.
+    async fn make(state: SessionState, optimized: &LogicalPlan) -> Option<KeptPhysical> {
+        let task = state.task_ctx();
+        let mut planning = state;
+        planning
+            .config_mut()
+            .set_extension(Arc::new(crate::rows::scan::DeferScans));
+        let physical = match planning
+            .query_planner()
+            .create_physical_plan(optimized, &planning)
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!("a prepared query keeps no physical plan: {e}");
+                return None;
+            }
+        };
+        if !crate::rows::scan::all_scans_unbound(&physical) {
+            return None;
+        }
+        let mut ids: Vec<(usize, String, Option<DataType>)> = optimized
+            .get_parameter_types()
+            .ok()?
+            .into_iter()
+            .map(|(id, ty)| {
+                let n = id
+                    .strip_prefix('$')?
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n >= 1)?;
+                Some((n, id, ty))
+            })
+            .collect::<Option<_>>()?;
+        ids.sort();
+        let numbers = ids.iter().map(|(n, _, _)| *n).collect();
+        let params = ids
+            .into_iter()
+            .map(|(_, id, ty)| {
+                let field = ty.map(|t| Arc::new(Field::new("", t, true)));
+                Expr::Placeholder(Placeholder::new_with_field(id, field))
+            })
+            .collect();
+        Some(KeptPhysical {
+            logical: optimized.clone(),
+            physical,
+            task,
+            params,
+            numbers,
+        })
+    }
+
+    /// The optimized plan it was made from.
+    pub(crate) fn logical(&self) -> &LogicalPlan {
+        &self.logical
+    }
+
+    /// A copy of the physical plan bound to the values bound into this node, and the
+    /// task context to run it in.
+    pub(crate) fn bound(&self) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)> {
+        // `$n` at place n - 1; a number the plan no longer holds is a NULL nothing reads.
+        let last = self.numbers.last().copied().unwrap_or(0);
+        let mut values = vec![ScalarAndMetadata::new(ScalarValue::Null, None); last];
+        let mut ids = Vec::new();
+        for (p, n) in self.params.iter().zip(&self.numbers) {
+            // Binding names a value as the parameter it replaced (`Int32(7) AS $1`).
+            let mut p = p;
+            while let Expr::Alias(a) = p {
+                p = &a.expr;
+            }
+            match p {
+                Expr::Literal(v, meta) => {
+                    values[n - 1] = ScalarAndMetadata::new(v.clone(), meta.clone())
+                }
+                Expr::Placeholder(p) => ids.push(p.id.clone()),
+                other => {
+                    return Err(datafusion::error::DataFusionError::Internal(format!(
+                        "a kept plan's parameter is {other}, not a value"
+                    ))
+                    .into());
+                }
+            }
+        }
+        if let Some(id) = ids.first() {
+            return Err(datafusion::error::DataFusionError::Internal(format!(
+                "a kept plan ran with parameter {id} unbound"
+            ))
+            .into());
+        }
+        let values = ParamValues::List(values);
+        let plan =
+            crate::rows::scan::bind_kept(&self.physical, &values, self.task.session_config())?;
+        Ok((plan, self.task.clone()))
+    }
+}
+
+impl PartialEq for KeptPhysical {
+    fn eq(&self, o: &Self) -> bool {
+        Arc::ptr_eq(&self.physical, &o.physical) && self.params == o.params
+    }
+}
+impl Eq for KeptPhysical {}
+impl std::hash::Hash for KeptPhysical {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.logical.hash(h);
+        self.params.hash(h);
+    }
+}
+impl PartialOrd for KeptPhysical {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        self.params.partial_cmp(&o.params)
+    }
+}
+
+impl UserDefinedLogicalNodeCore for KeptPhysical {
+    fn name(&self) -> &str {
+        "KeptPhysical"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        Vec::new()
+    }
+
+    fn schema(&self) -> &DFSchemaRef {
+        self.logical.schema()
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        self.params.clone()
+    }
+
+    fn fmt_for_explain(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "KeptPhysical")
+    }
+
+    fn with_exprs_and_inputs(
+        &self,
+        exprs: Vec<Expr>,
+        _inputs: Vec<LogicalPlan>,
+    ) -> datafusion::error::Result<Self> {
+        Ok(KeptPhysical {
+            params: exprs,
+            ..self.clone()
+        })
+    }
+}
+
+/// The kept physical plan `plan` is, if it is one (invariant 6).
+pub(crate) fn as_kept_physical(plan: &LogicalPlan) -> Option<&KeptPhysical> {
+    match plan {
+        LogicalPlan::Extension(Extension { node }) => node.as_any().downcast_ref::<KeptPhysical>(),
         _ => None,
     }
 }

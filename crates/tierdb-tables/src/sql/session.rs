@@ -186,6 +186,9 @@ pub(super) enum Source {
     /// A kept plan, analyzed and optimized already (`plancache.rs`): only its physical
     /// plan is made, in this state, as the rows are read.
     Optimized(Box<datafusion::execution::SessionState>, LogicalPlan),
+    /// A kept physical plan, its values bound into the node (`plancache.rs`, invariant
+    /// 6): a copy bound to them runs as the rows are read.
+    Physical(Box<super::plancache::KeptPhysical>),
     /// Rows read already (a key lookup's: `rows/fast.rs`).
     Ready(datafusion::common::DFSchemaRef, Vec<RecordBatch>),
 }
@@ -195,6 +198,7 @@ impl Rows {
         match &self.source {
             Source::Plan(df) => df.schema(),
             Source::Optimized(_, plan) => plan.schema(),
+            Source::Physical(kept) => kept.logical().schema(),
             Source::Ready(schema, _) => schema,
         }
     }
@@ -205,6 +209,7 @@ impl Rows {
         match &self.source {
             Source::Plan(df) => crate::origin::origins(df.logical_plan()),
             Source::Optimized(_, plan) => crate::origin::origins(plan),
+            Source::Physical(kept) => crate::origin::origins(kept.logical()),
             Source::Ready(schema, _) => vec![None; schema.fields().len()],
         }
     }
@@ -215,6 +220,7 @@ impl Rows {
         match &self.source {
             Source::Plan(df) => crate::origin::modifiers(df.logical_plan()),
             Source::Optimized(_, plan) => crate::origin::modifiers(plan),
+            Source::Physical(kept) => crate::origin::modifiers(kept.logical()),
             Source::Ready(schema, _) => vec![true; schema.fields().len()],
         }
     }
@@ -234,6 +240,10 @@ impl Rows {
                     datafusion::physical_plan::execute_stream(physical, state.task_ctx())
                 })
                 .await?
+            }
+            Source::Physical(kept) => {
+                let (plan, task) = kept.bound()?;
+                datafusion::physical_plan::execute_stream(plan, task)?
             }
             Source::Ready(schema, batches) => {
                 guard.0 = None;
