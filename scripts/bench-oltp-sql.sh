@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
 OUT=${OUT:-bench-results}
-source scripts/python-env.sh
+PY=$(scripts/python-env.sh --deps-only | tail -1)
+VENV=$(dirname "$(dirname "$PY")")
 source scripts/postgres.sh
 postgres_install
 if ! command -v sysbench >/dev/null; then
