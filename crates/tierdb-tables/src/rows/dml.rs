@@ -52,7 +52,8 @@ pub(crate) async fn execute(
     plan: LogicalPlan,
 ) -> Result<(u64, Option<RecordBatch>)> {
     let state = tables.row_state().clone();
-    let tx = crate::txn::current(ctx.state().config());
+    // Read in place: `ctx.state()` clones the whole state (all its function maps).
+    let tx = crate::txn::current(ctx.state_ref().read().config());
     let local = parking_lot::Mutex::new(RowWrites::new(&state));
     let writes = tx.as_ref().map_or(&local, |t| &t.rows);
     let id = {

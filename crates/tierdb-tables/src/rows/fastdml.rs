@@ -24,9 +24,11 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::Schema;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{DFSchema, DFSchemaRef};
+use datafusion::config::ConfigOptions;
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::dml::{DmlStatement, InsertOp, WriteOp};
+use datafusion::logical_expr::execution_props::ExecutionProps;
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{Expr, LogicalPlan, Projection, Values};
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
@@ -137,10 +139,13 @@ pub(crate) async fn run(
     tx: Option<&Arc<Transaction>>,
 ) -> Result<Option<Vec<RecordBatch>>> {
     if parts(plan).is_none() {
-        return Ok(None); // checked before the session state is cloned
+        return Ok(None); // checked before the session state is read
     }
-    let state = &ctx.state();
-    let plan = crate::sql::analyzed(state, plan.clone())?;
+    let (plan, now) = {
+        let state = ctx.state_ref();
+        let state = state.read();
+        (crate::sql::analyzed(&state, plan.clone())?, Now::of(&state))
+    };
     let Some((projections, lookup)) = parts(&plan) else {
         return Ok(None); // the analyzer changed its shape: the general path runs it
     };
@@ -149,14 +154,33 @@ pub(crate) async fn run(
         return Ok(Some(Vec::new()));
     };
     for p in projections.iter().rev() {
-        batch = project(state, &p.expr, p.input.schema(), &p.schema, &batch)?;
+        batch = project(&now, &p.expr, p.input.schema(), &p.schema, &batch)?;
     }
     Ok(Some(vec![batch]))
 }
 
+/// What computing a statement's expressions needs of the session state: its options and
+/// the statement's own execution properties (`now()` is the statement's start time, as in
+/// the state `SessionContext::state` hands out). Taken under the state's read lock: a
+/// clone of the whole state (all its function maps) per statement was a twentieth of a
+/// write's CPU (`docs/benchmarks.md`).
+struct Now {
+    options: Arc<ConfigOptions>,
+    props: ExecutionProps,
+}
+
+impl Now {
+    fn of(state: &SessionState) -> Now {
+        let options = Arc::clone(state.config_options());
+        let mut props = state.execution_props().clone();
+        props.mark_start_execution(Arc::clone(&options));
+        Now { options, props }
+    }
+}
+
 /// `exprs` (over `input`) computed on `batch`, as a batch of schema `output`.
 fn project(
-    state: &SessionState,
+    now: &Now,
     exprs: &[Expr],
     input: &DFSchemaRef,
     output: &DFSchemaRef,
@@ -165,15 +189,14 @@ fn project(
     let simplifier = ExprSimplifier::new(
         SimplifyContext::builder()
             .with_schema(input.clone())
-            .with_config_options(state.config_options().clone())
-            .with_query_execution_start_time(state.execution_props().query_execution_start_time)
+            .with_config_options(Arc::clone(&now.options))
+            .with_query_execution_start_time(now.props.query_execution_start_time)
             .build(),
     );
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(exprs.len());
     for e in exprs {
         let e = simplifier.simplify(e.clone())?;
-        let physical =
-            create_physical_expr(&e, input, state.execution_props(), &Default::default())?;
+        let physical = create_physical_expr(&e, input, &now.props, &Default::default())?;
         columns.push(physical.evaluate(batch)?.into_array(batch.num_rows())?);
     }
     let schema = Arc::new(output.as_arrow().clone());
@@ -220,14 +243,17 @@ pub(crate) async fn insert(
             db: tables.name().to_string(),
         });
     }
-    // The session state is cloned only for a statement this path runs.
-    let state = &ctx.state();
     // The whole statement analyzed: some rules rewrite an INSERT's rows for their target
     // (a CHAR(n) value into a TEXT column loses its padding, `bpchar.rs`).
-    let LogicalPlan::Dml(analyzed) = crate::sql::analyzed(state, plan.clone())? else {
+    let (analyzed, now) = {
+        let state = ctx.state_ref();
+        let state = state.read();
+        (crate::sql::analyzed(&state, plan.clone())?, Now::of(&state))
+    };
+    let LogicalPlan::Dml(analyzed) = analyzed else {
         return Ok(None);
     };
-    let Some(batch) = values_batch(state, &analyzed.input)? else {
+    let Some(batch) = values_batch(&now, &analyzed.input)? else {
         return Ok(None);
     };
     let def = rows.def();
@@ -251,14 +277,14 @@ fn values_below_projections(plan: &LogicalPlan) -> bool {
 }
 
 /// The rows of `plan` (projections over VALUES), computed; `None` for another shape.
-fn values_batch(state: &SessionState, plan: &LogicalPlan) -> Result<Option<RecordBatch>> {
+fn values_batch(now: &Now, plan: &LogicalPlan) -> Result<Option<RecordBatch>> {
     match plan {
         LogicalPlan::Projection(p) => {
-            let Some(input) = values_batch(state, &p.input)? else {
+            let Some(input) = values_batch(now, &p.input)? else {
                 return Ok(None);
             };
             Ok(Some(project(
-                state,
+                now,
                 &p.expr,
                 p.input.schema(),
                 &p.schema,
@@ -275,7 +301,7 @@ fn values_batch(state: &SessionState, plan: &LogicalPlan) -> Result<Option<Recor
             )?;
             let mut rows = Vec::with_capacity(values.len());
             for row in values {
-                rows.push(project(state, row, &none, schema, &one)?);
+                rows.push(project(now, row, &none, schema, &one)?);
             }
             let arrow = Arc::new(schema.as_arrow().clone());
             Ok(Some(datafusion::arrow::compute::concat_batches(
