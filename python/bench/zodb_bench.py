@@ -1,7 +1,9 @@
 """zodbshootout's operations on TierStorage beside FileStorage, RelStorage (SQLite) and ZEO,
 in one run on this machine: add N objects in M transactions, update them, then read them
 cold (storage reopened: ZODB and storage caches empty), warm (new connection: ZODB cache
-empty, storage caches warm) and hot (same connection: objects in the ZODB cache).
+empty, storage caches warm), hot (same connection: objects in the ZODB cache) and prefetch
+(cold again, but every object asked for first in one `Connection.prefetch`; a storage
+without `prefetch` loads them one by one as in cold).
 
 Prints a table of seconds and objects/s per operation and the ratio of each storage's time
 to FileStorage's; writes CSV and a PNG. Run by scripts/bench-zodb.sh.
@@ -22,7 +24,7 @@ import ZODB
 from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
 
-OPS = ["add", "update", "cold", "warm", "hot"]
+OPS = ["add", "update", "cold", "warm", "hot", "prefetch"]
 
 
 class Bench:
@@ -90,6 +92,20 @@ def run(bench, n, m, key="objects"):
     t0 = time.perf_counter()
     total = sum(len(conn.root()[key][k]) for k in keys)
     times["hot"] = time.perf_counter() - t0
+    conn.close()
+    db.close()
+    # prefetch: cold again (a new storage and DB), the objects named in one prefetch call
+    # before they are read (ZODB's Connection.prefetch: the storage's prefetch(oids, tid)).
+    storage = bench.open_storage()
+    db = ZODB.DB(storage, cache_size=n * 2)
+    conn = db.open()
+    t0 = time.perf_counter()
+    tree = conn.root()[key]
+    objs = [tree[k] for k in keys]
+    conn.prefetch(objs)
+    total = sum(len(o) for o in objs)
+    times["prefetch"] = time.perf_counter() - t0
+    assert total == len(keys) * 4
     conn.close()
     db.close()
     bench.cleanup()
