@@ -396,7 +396,9 @@ fn fraction_trimmed(t: &str) -> String {
         return t.to_string();
     };
     let digits = t[dot + 1..].bytes().take_while(u8::is_ascii_digit).count();
-    let kept = t[dot + 1..dot + 1 + digits].trim_end_matches('0');
+    // PostgreSQL's timestamps and times end at microseconds: a nanosecond value (`now()`
+    // is one in DataFusion) shows its first six digits, not nine.
+    let kept = t[dot + 1..dot + 1 + digits.min(6)].trim_end_matches('0');
     let rest = &t[dot + 1 + digits..];
     if kept.is_empty() {
         format!("{}{rest}", &t[..dot])
@@ -488,6 +490,19 @@ mod tests {
         assert_eq!(pg_text(&time, "10:11:12.000000".into()), "10:11:12");
         assert_eq!(pg_text(&time, "00:00:00".into()), "00:00:00");
         assert_eq!(pg_text(&time, "23:59:59.999999".into()), "23:59:59.999999");
+        // Nanoseconds (DataFusion's now()) as PostgreSQL's microseconds.
+        let nanos = DataType::Timestamp(
+            datafusion::arrow::datatypes::TimeUnit::Nanosecond,
+            Some("+00:00".into()),
+        );
+        assert_eq!(
+            pg_text(&nanos, "2026-12-03T15:50:13.255115935Z".into()),
+            "2026-12-03 15:50:13.255115+00"
+        );
+        assert_eq!(
+            pg_text(&nanos, "2026-12-03T15:50:13.000000935Z".into()),
+            "2026-12-03 15:50:13+00"
+        );
     }
 }
 
