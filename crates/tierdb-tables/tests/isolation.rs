@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use tierdb_tables::TableError;
 use tierdb_tables::sql::SqlSession;

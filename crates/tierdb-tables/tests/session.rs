@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use futures::StreamExt;
 use tierdb_tables::sql::{Notice, Outcome, SqlSession, StatementKind};

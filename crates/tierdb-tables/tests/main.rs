@@ -1,0 +1,12 @@
+//! tierdb-tables' integration tests, one binary: each file is a module (`cargo test -p
+//! tierdb-tables --test tables session::` runs one of them).
+
+mod common;
+mod ddl_rollback;
+mod fastdml;
+mod fuzz_corpus;
+mod isolation;
+mod rows_model;
+mod session;
+mod sql;
+mod tables_faults;
