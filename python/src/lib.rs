@@ -219,6 +219,13 @@ impl Store {
         )>,
     > {
         let (oid, tid) = (oid_of(oid)?, tid_of(tid)?);
+        // ZODB's connections load through loadBefore: a cached current revision older than
+        // the snapshot is the answer, without the runtime or releasing the GIL (as `load`).
+        if let Some((data, start)) = self.store.load_cached(oid)
+            && start < tid
+        {
+            return Ok(Some((b(py, &data), b(py, &start.to_bytes()), None)));
+        }
         let got = py
             .detach(|| self.rt.block_on(self.store.load_before(oid, tid)))
             .map_err(to_py)?;

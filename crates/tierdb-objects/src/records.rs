@@ -174,6 +174,14 @@ pub fn parse_data_key(key: &[u8]) -> Option<Hash> {
     key[1..].try_into().ok()
 }
 
+/// The oid of an `h` (current revision) key.
+pub fn parse_head_key(key: &[u8]) -> Option<Oid> {
+    if key.len() != 9 || key[0] != b'h' {
+        return None;
+    }
+    Oid::from_bytes(&key[1..9])
+}
+
 /// Splits an `o` key into (oid, tid).
 pub fn parse_rev_key(key: &[u8]) -> Option<(Oid, Tid)> {
     if key.len() != 17 || key[0] != b'o' {

@@ -462,3 +462,65 @@ async fn a_read_only_open_follows_the_writer_and_refuses_writes() {
     }
     assert_eq!(r.load(a).await.unwrap(), (Bytes::from("a2"), t2));
 }
+
+/// Prefetch, as ZODB's `Connection.prefetch` calls it after a reopen (caches empty): runs of
+/// nearby oids and a far one, an object changed after the snapshot, a missing oid and a
+/// duplicate. What it puts in the record cache is exactly what a load answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetch_fills_the_record_cache_with_what_loads_answer() {
+    let capacity = Arc::new(InMemory::new());
+    let s = open_on(capacity.clone()).await;
+    let mut oids = Vec::new();
+    for _ in 0..300 {
+        oids.push(s.new_oid().await.unwrap());
+    }
+    let writes: Vec<(Oid, Tid, String)> = oids
+        .iter()
+        .map(|o| (*o, Tid::ZERO, format!("state of {o}")))
+        .collect();
+    let refs: Vec<(Oid, Tid, &str)> = writes
+        .iter()
+        .map(|(o, t, d)| (*o, *t, d.as_str()))
+        .collect();
+    let t1 = commit(&s, "many", &refs).await;
+    // A changed object: its revision current before the snapshot is the first one.
+    let changed = oids[7];
+    let t2 = commit(&s, "change", &[(changed, t1, "changed")]).await;
+    s.kv().close().await.unwrap();
+    drop(s);
+
+    let s = open_on(capacity).await;
+    let missing = Oid(oids[299].0 + 1000);
+    // Nearby oids (every third of the first 200), far ones, the changed one twice, a miss.
+    let mut asked: Vec<Oid> = oids[..200].iter().step_by(3).copied().collect();
+    asked.extend([oids[299], oids[250], changed, changed, missing]);
+    let snapshot = Tid(t2.0); // before t2: the changed object's first revision
+    let found = s.prefetch(&asked, snapshot).await;
+    let distinct: std::collections::BTreeSet<Oid> = asked.iter().copied().collect();
+    // Every asked oid but the missing one, the duplicate counted once.
+    assert_eq!(found, distinct.len() - 1);
+    for oid in &distinct {
+        if *oid == missing {
+            assert!(s.load_cached(*oid).is_none());
+            assert!(matches!(
+                s.load_before(*oid, snapshot).await,
+                Err(ObjError::NotFound { .. })
+            ));
+            continue;
+        }
+        let (data, start, _) = s.load_before(*oid, snapshot).await.unwrap().unwrap();
+        if *oid == changed {
+            assert_eq!(
+                (data, start),
+                (Bytes::from("state of ".to_string() + &oid.to_string()), t1)
+            );
+            // Not current: not the cache's to hold.
+            assert!(s.load_cached(*oid).is_none_or(|(_, t)| t == t2));
+        } else {
+            assert_eq!(start, t1);
+            assert_eq!(data, Bytes::from(format!("state of {oid}")));
+            assert_eq!(s.load_cached(*oid), Some((data, t1)));
+        }
+    }
+    assert_eq!(s.load(changed).await.unwrap(), (Bytes::from("changed"), t2));
+}

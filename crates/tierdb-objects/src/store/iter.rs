@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// The widest gap between two oids a prefetch reads with one scan of the head keys: the
+/// keys between them (at most this many) are read and dropped.
+pub const PREFETCH_GAP: u64 = 64;
+
 /// One record of a transaction, as iteration shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataRecordInfo {
@@ -54,17 +58,84 @@ impl VersionedStore {
         }
     }
 
-    /// Reads the revisions of `oids` current before `before`, 32 at a time, so they are in
-    /// the caches (DRAM tier, block cache) when asked for: ZODB's `prefetch`. Returns how
-    /// many were found; missing objects and errors are left for the real load to report.
+    /// Reads the revisions of `oids` current before `before` into the record cache, so they
+    /// are there when asked for: ZODB's `prefetch`. Returns how many were found; missing
+    /// objects and errors are left for the real load to report.
+    ///
+    /// One batch, not one load per object: the oids are sorted and cut into runs of nearby
+    /// oids (no gap over [`PREFETCH_GAP`]), each run's current revisions read by one scan
+    /// of its head keys, then every revision's data by its hash, 32 reads at a time. An
+    /// object whose current revision is not older than `before` (or a store without head
+    /// keys) takes [`Self::load_before`].
     pub async fn prefetch(&self, oids: &[Oid], before: Tid) -> usize {
         use futures::StreamExt;
-        futures::stream::iter(oids.iter().copied())
+        let (mut want, mut cached) = (Vec::with_capacity(oids.len()), 0);
+        for &oid in oids {
+            match self.load_cached(oid) {
+                Some((_, t)) if t < before => cached += 1,
+                _ => want.push(oid),
+            }
+        }
+        want.sort_unstable();
+        want.dedup();
+        let mut reads = Vec::new();
+        let mut singly = Vec::new();
+        if self.meta.lock().heads {
+            for run in want.chunk_by(|a, b| b.0 - a.0 <= PREFETCH_GAP) {
+                let (first, last) = (run[0], run[run.len() - 1]);
+                let seen = self.cache.epoch();
+                let range = (
+                    Bound::Included(records::head_key(first)),
+                    Bound::Included(records::head_key(last)),
+                );
+                let Ok(heads) = self.kv.scan(range, None).await else {
+                    singly.extend_from_slice(run);
+                    continue;
+                };
+                // An oid of the run without a head key is missing: left for its load.
+                for (k, v) in heads {
+                    let Some(oid) = records::parse_head_key(&k) else {
+                        continue;
+                    };
+                    if run.binary_search(&oid).is_err() {
+                        continue;
+                    }
+                    match records::decode_head(&k, &v) {
+                        Ok((tid, rev)) if tid < before && rev.data.is_some() => {
+                            reads.push((seen, oid, tid, rev))
+                        }
+                        _ => singly.push(oid),
+                    }
+                }
+            }
+        } else {
+            singly = want;
+        }
+        let batched = futures::stream::iter(reads)
+            .map(|(seen, oid, tid, rev)| async move {
+                let Some(h) = rev.data else { return false };
+                let Ok(data) = self.read_data(&h).await else {
+                    return false;
+                };
+                let entry = cache::Cached {
+                    tid,
+                    rev,
+                    data: Some(data),
+                };
+                self.cache.fill(seen, oid, entry);
+                true
+            })
+            .buffer_unordered(32)
+            .filter(|found| std::future::ready(*found))
+            .count()
+            .await;
+        let single = futures::stream::iter(singly)
             .map(|oid| async move { matches!(self.load_before(oid, before).await, Ok(Some(_))) })
             .buffer_unordered(32)
             .filter(|found| std::future::ready(*found))
             .count()
-            .await
+            .await;
+        cached + batched + single
     }
 
     /// Transactions with `start <= tid <= stop`, oldest first, with their records. Reads

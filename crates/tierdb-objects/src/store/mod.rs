@@ -318,23 +318,33 @@ impl VersionedStore {
         oid: Oid,
         tid: Tid,
     ) -> Result<Option<(Bytes, Tid, Option<Tid>)>> {
+        if let Some((data, start)) = self.load_cached(oid)
+            && start < tid
+        {
+            return Ok(Some((data, start, None)));
+        }
+        // Taken before the current revision is read: a commit after it keeps what this
+        // read found out of the cache (see cache.rs).
+        let seen = self.cache.epoch();
         let current = self.current(oid).await?;
         if current.is_none() {
             return Err(ObjError::NotFound { oid, at: None });
         }
         // The common case, a read as of a recent snapshot: the current revision is older.
+        // Its data is read by the hash just read (two key-value reads in all, not three).
         if let Some((start, rev)) = current
             && start < tid
         {
             return match rev.data {
-                Some(_) => {
-                    let (data, at) = self.load(oid).await?;
-                    if at == start {
-                        Ok(Some((data, start, None)))
-                    } else {
-                        // Committed meanwhile: answer from the revisions themselves.
-                        Box::pin(self.load_before(oid, tid)).await
-                    }
+                Some(h) => {
+                    let data = self.read_data(&h).await?;
+                    let cached = cache::Cached {
+                        tid: start,
+                        rev,
+                        data: Some(data.clone()),
+                    };
+                    self.cache.fill(seen, oid, cached);
+                    Ok(Some((data, start, None)))
                 }
                 None => Err(ObjError::NotFound { oid, at: Some(tid) }),
             };
