@@ -3,7 +3,8 @@
 #  1. zodbshootout's operations (add, update, cold, warm, hot) on TierStorage (local
 #     directory; MinIO with a device tier in write-back mode) beside FileStorage,
 #     RelStorage on SQLite, ZEO over FileStorage and ZEO over TierStorage, with one client
-#     process and with CLIENTS (default 4) at once: python/bench/zodb_bench.py.
+#     process and with CLIENTS (default 4) at once, best of RUNS (default 3) runs:
+#     python/bench/zodb_bench.py.
 #  2. Import throughput: a generated Data.fs of SIZE (default 1GiB, kept in
 #     ~/.cache/tierdb/bench) imported with `tierdb zodb import` into a local directory and
 #     into MinIO, with the dedup and compression ratios it reports.
@@ -28,7 +29,7 @@ minio_start
 export TIERDB_BENCH_S3_URL=$TIERDB_TEST_S3_URL
 
 echo "== zodbshootout operations, $OBJECTS objects in $TXNS transactions"
-"$PY" python/bench/zodb_bench.py --objects "$OBJECTS" --txns "$TXNS" --clients "${CLIENTS:-4}" --out "$OUT" | tee "$OUT/zodb-bench.txt"
+"$PY" python/bench/zodb_bench.py --objects "$OBJECTS" --txns "$TXNS" --clients "${CLIENTS:-4}" --runs "${RUNS:-3}" --out "$OUT" | tee "$OUT/zodb-bench.txt"
 
 DATAFS=$HOME/.cache/tierdb/bench/Data-$SIZE.fs
 if [ ! -f "$DATAFS" ]; then

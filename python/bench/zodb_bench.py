@@ -1,14 +1,16 @@
 """zodbshootout's operations on TierStorage beside FileStorage, RelStorage (SQLite) and ZEO,
-in one run on this machine: add N objects in M transactions, update them, then read them
+in one invocation on this machine: add N objects in M transactions, update them, then read them
 cold (storage reopened: ZODB and storage caches empty), warm (new connection: ZODB cache
 empty, storage caches warm), hot (same connection: objects in the ZODB cache) and prefetch
 (cold again, but every object asked for first in one `Connection.prefetch`; a storage
 without `prefetch` loads them one by one as in cold).
 
 Prints a table of seconds and objects/s per operation and the ratio of each storage's time
-to FileStorage's; writes CSV and a PNG. Run by scripts/bench-zodb.sh.
+to FileStorage's; writes CSV and a PNG. Run by scripts/bench-zodb.sh. With --runs R every
+storage is measured R times, each run on fresh data, the storages taking turns within a
+run; each cell is the best (least) time of the R: one run on a shared machine is noisy.
 
-    python zodb_bench.py --objects 20000 --txns 200 --out DIR [--s3 s3://bucket/prefix]
+    python zodb_bench.py --objects 20000 --txns 200 --runs 3 --out DIR [--s3 s3://bucket/prefix]
 """
 
 import argparse
@@ -165,22 +167,9 @@ def concurrent(kind, addr, clients, n, m):
     return {op: max(g[op] for g in got) for op in OPS}
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--addr", help=argparse.SUPPRESS)
-    ap.add_argument("--name", help=argparse.SUPPRESS)
-    ap.add_argument("--clients", type=int, default=4,
-                    help="concurrent client processes for the multi-process rows")
-    ap.add_argument("--objects", type=int, default=20000)
-    ap.add_argument("--txns", type=int, default=200)
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--s3", default=os.environ.get("TIERDB_BENCH_S3_URL"))
-    ap.add_argument("--only", default="")
-    args = ap.parse_args()
-    if args.worker:
-        return worker(args)
-    work = tempfile.mkdtemp(prefix="tierdb-zodb-bench-")
+def make_benches(args, work):
+    """The storages to measure, on fresh data under `work`: (benches, multi-client rows,
+    ZEO servers to stop)."""
     from tierdb.zodb import TierStorage
     from ZODB.FileStorage import FileStorage
 
@@ -191,10 +180,10 @@ def main():
         lambda: TierStorage(os.path.join(work, "tier"), create=True)))
     if args.s3:
         cache = os.path.join(work, "tier-cache")
+        prefix = args.s3.rstrip("/") + "/zodb-bench-%d-%s" % (os.getpid(), os.path.basename(work))
         benches.append(Bench(
             "tierdb MinIO+dev w-back",
-            lambda: TierStorage(args.s3.rstrip("/") + "/zodb-bench-%d" % os.getpid(),
-                                create=True, cache_dir=cache, cache_bytes=1 << 30,
+            lambda: TierStorage(prefix, create=True, cache_dir=cache, cache_bytes=1 << 30,
                                 write_mode="write-back")))
     have_rs = True
     try:
@@ -241,29 +230,59 @@ def main():
     if args.only:
         benches = [b for b in benches if b.name in args.only.split(",")]
         multi = [(name, f) for name, f in multi if name in args.only.split(",")]
+    return benches, multi, servers
 
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--addr", help=argparse.SUPPRESS)
+    ap.add_argument("--name", help=argparse.SUPPRESS)
+    ap.add_argument("--clients", type=int, default=4,
+                    help="concurrent client processes for the multi-process rows")
+    ap.add_argument("--objects", type=int, default=20000)
+    ap.add_argument("--txns", type=int, default=200)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--s3", default=os.environ.get("TIERDB_BENCH_S3_URL"))
+    ap.add_argument("--only", default="")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="runs on fresh data; each cell is the best (least time) of them")
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
     from tierdb import _native
-    bar = _native.Progress(len(benches) + len(multi), "zodb bench")
-    results = {}
-    for b in benches:
-        bar.message(b.name)
-        results[b.name] = run(b, args.objects, args.txns)
-        bar.inc(1)
-    for name, f in multi:
-        bar.message(name)
-        results[name] = f()
-        bar.inc(1)
+    bar = None
+    runs = []
+    for r in range(args.runs):
+        work = tempfile.mkdtemp(prefix="tierdb-zodb-bench-")
+        benches, multi, servers = make_benches(args, work)
+        if bar is None:
+            bar = _native.Progress(args.runs * (len(benches) + len(multi)), "zodb bench")
+        results = {}
+        try:
+            for b in benches:
+                bar.message("run %d/%d: %s" % (r + 1, args.runs, b.name))
+                results[b.name] = run(b, args.objects, args.txns)
+                bar.inc(1)
+            for name, f in multi:
+                bar.message("run %d/%d: %s" % (r + 1, args.runs, name))
+                results[name] = f()
+                bar.inc(1)
+        finally:
+            for stop in servers:
+                stop()
+            shutil.rmtree(work, ignore_errors=True)
+        runs.append(results)
     bar.finish()
-    for stop in servers:
-        stop()
-    shutil.rmtree(work, ignore_errors=True)
+    # Best of the runs per storage and operation: the least disturbed measurement.
+    results = {name: {op: min(r[name][op] for r in runs) for op in OPS} for name in runs[0]}
 
     ref = results.get("FileStorage")
     n = args.objects
-    print("\n%d objects in %d transactions (per client); seconds (objects/s), and the time "
-          "relative to FileStorage's (lower is faster). Rows xN: N client processes at once,\n"
+    print("\n%d objects in %d transactions (per client), best of %d runs; seconds (objects/s), "
+          "and the time relative to FileStorage's (lower is faster). Rows xN: N client processes at once,\n"
           "each adding, updating and reading its own %d objects; seconds of the slowest, "
-          "objects/s of all together." % (n, args.txns, n))
+          "objects/s of all together." % (n, args.txns, args.runs, n))
     header = "%-26s" % "storage" + "".join("%22s" % op for op in OPS)
     print(header)
     rows = []
