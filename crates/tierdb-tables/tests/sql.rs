@@ -17,7 +17,7 @@ use tierdb_tables::import::{ImportOptions, ImportProgress, ImportSummary, import
 use tierdb_tables::provider::ScanOptions;
 use tierdb_tables::{SqlEngine, TableError};
 
-mod common;
+use crate::common;
 use common::{engine, engine_on};
 
 /// Every result as text, rows in order.
