@@ -42,6 +42,10 @@ pub struct EngineArgs {
     /// Keep DataFusion's FROM-clause join order (no statistics-based reordering).
     #[arg(long)]
     pub no_join_reorder: bool,
+    /// Aggregate the whole input of a decorrelated subquery's grouped aggregate, as
+    /// DataFusion plans it, instead of only the groups the outer query can join.
+    #[arg(long)]
+    pub no_semi_join_reduction: bool,
     /// DRAM for parsed Parquet footers and page indexes, kept across queries [default:
     /// 256MiB, at most 1/16 of --memory-limit].
     #[arg(long)]
@@ -107,6 +111,7 @@ impl EngineArgs {
             memory_limit: plan.query as usize,
             spill_dir: self.spill_dir.clone(),
             join_reorder: !self.no_join_reorder,
+            semi_join_reduction: !self.no_semi_join_reduction,
             metadata_cache_bytes: plan.metadata as usize,
             workers: self.workers.0.clone(),
             ..EngineOptions::default()

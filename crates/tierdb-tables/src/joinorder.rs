@@ -273,7 +273,7 @@ fn choose_order(info: &[Input], pairs: &[(usize, usize, Expr, Expr)]) -> Option<
 
 /// (rows of the underlying table, selectivity of the filters above it: measured if
 /// [`Cardinalities`] has the count, otherwise estimated).
-fn estimate(plan: &LogicalPlan, cards: &Cardinalities) -> (f64, f64) {
+pub(crate) fn estimate(plan: &LogicalPlan, cards: &Cardinalities) -> (f64, f64) {
     let leaf = Leaf::of(plan);
     let rows = leaf.table.as_ref().map(|t| t.rows() as f64);
     if let (Some(key), Some(total)) = (leaf.key(), rows)
@@ -288,6 +288,11 @@ fn estimate(plan: &LogicalPlan, cards: &Cardinalities) -> (f64, f64) {
         }
     }
     (rows.unwrap_or(1e6), selectivity)
+}
+
+/// Rows of the tierdb table `plan` scans, through filters, projections and aliases.
+pub(crate) fn scanned_rows(plan: &LogicalPlan) -> Option<u64> {
+    Leaf::of(plan).table.map(|t| t.rows)
 }
 
 /// What a join input scans: a tierdb table's name, snapshot and rows.

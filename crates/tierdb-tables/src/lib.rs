@@ -10,6 +10,7 @@
 //! - [`sql`]: the SQL engine (DataFusion), with CREATE/DROP TABLE on the catalog.
 //! - [`alter`]: ALTER TABLE (rename, add and drop columns) as catalog-only commits.
 //! - [`joinorder`]: a join-reordering rule for star joins.
+//! - [`semijoin`]: semi-join reduction of grouped aggregates (decorrelated subqueries).
 //! - [`checked`]: integer arithmetic that fails on overflow, `sum(bigint)` as numeric.
 //! - [`inlist`]: IN-lists written out where DataFusion's list algebra ignores NULLs.
 //! - [`literals`]: integer literals as int4 where they fit, as PostgreSQL types them.
@@ -57,6 +58,7 @@ pub mod readahead;
 pub mod rows;
 pub mod schemas;
 pub mod segment;
+pub mod semijoin;
 pub mod setschema;
 pub mod sleep;
 pub mod sql;

@@ -7,6 +7,7 @@ mod fastdml;
 mod fuzz_corpus;
 mod isolation;
 mod rows_model;
+mod semijoin;
 mod session;
 mod sql;
 mod tables_faults;

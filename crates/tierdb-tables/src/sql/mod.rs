@@ -22,6 +22,7 @@ use crate::error::{Result, TableError};
 use crate::interrupt::{Interrupt, InterruptCheck, interleave};
 use crate::joinorder::{Cardinalities, JoinReorder};
 use crate::provider::{STORE_URL, ScanCounters, ScanOptions, TierSchema};
+use crate::semijoin::SemiJoinReduction;
 use crate::tables::Tables;
 use crate::txn::TxSlot;
 
@@ -68,6 +69,9 @@ pub struct EngineOptions {
     pub spill_dir: Option<PathBuf>,
     /// Reorder inner joins by catalog statistics (see `joinorder.rs`).
     pub join_reorder: bool,
+    /// Filter the input of a grouped aggregate joined on its group column by the keys the
+    /// other side of the join can hold (see `semijoin.rs`).
+    pub semi_join_reduction: bool,
     /// DRAM for parsed Parquet footers and page indexes, kept across queries.
     pub metadata_cache_bytes: usize,
     /// Worker processes (`tierdb worker`) to spread queries over; none: this process runs
@@ -82,6 +86,7 @@ impl Default for EngineOptions {
             memory_limit: 2 << 30,
             spill_dir: None,
             join_reorder: true,
+            semi_join_reduction: true,
             metadata_cache_bytes: 256 << 20,
             workers: Vec::new(),
         }
@@ -234,6 +239,16 @@ impl SqlEngine {
                 .position(|r| r.name() == "push_down_filter")
                 .map_or(rules.len(), |i| i + 1);
             rules.insert(at, Arc::new(JoinReorder::new(cards.clone())));
+        }
+        if options.semi_join_reduction {
+            // After filters are pushed down and joins reordered: the keys it copies are
+            // filtered scans.
+            let after = |name: &str| rules.iter().position(|r| r.name() == name);
+            let at = after("tierdb_join_reorder")
+                .or_else(|| after("push_down_filter"))
+                .map_or(rules.len(), |i| i + 1);
+            let cards = cards.clone().unwrap_or_default();
+            rules.insert(at, Arc::new(SemiJoinReduction::new(cards)));
         }
         state = state.with_optimizer_rules(interleave(rules, check() as _));
         let state = crate::distributed::coordinate(state, &options.workers);

@@ -21,7 +21,27 @@ pub async fn engine_taking_over(capacity: Arc<InMemory>, segment_rows: usize) ->
     open_engine(capacity, segment_rows, true).await
 }
 
+/// An engine on a new in-memory store with `opts` (threads and memory as [`engine`]'s).
+pub async fn engine_with(segment_rows: usize, opts: EngineOptions) -> SqlEngine {
+    let capacity = Arc::new(InMemory::new());
+    open_engine_with(capacity, segment_rows, false, opts).await
+}
+
 async fn open_engine(capacity: Arc<InMemory>, segment_rows: usize, take_over: bool) -> SqlEngine {
+    let opts = EngineOptions {
+        threads: 2,
+        memory_limit: 256 << 20,
+        ..EngineOptions::default()
+    };
+    open_engine_with(capacity, segment_rows, take_over, opts).await
+}
+
+async fn open_engine_with(
+    capacity: Arc<InMemory>,
+    segment_rows: usize,
+    take_over: bool,
+    opts: EngineOptions,
+) -> SqlEngine {
     let store = TieredStore::with_capacity(capacity, "memory".into(), TierOptions::default())
         .await
         .unwrap();
@@ -38,11 +58,6 @@ async fn open_engine(capacity: Arc<InMemory>, segment_rows: usize, take_over: bo
     let mut tables = Tables::open(tierdb_kv::KvHandle::Writer(kv));
     tables.segment_options.segment_rows = segment_rows;
     tables.segment_options.row_group_rows = segment_rows.min(1 << 17);
-    let opts = EngineOptions {
-        threads: 2,
-        memory_limit: 256 << 20,
-        ..EngineOptions::default()
-    };
     SqlEngine::new(Arc::new(tables), &opts).unwrap()
 }
 
