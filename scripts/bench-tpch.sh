@@ -6,7 +6,9 @@
 # dbgen data, against the tpch extension's tpch_answers() (SF 0.01, 0.1 and 1 only).
 # SF (default 1; "1 10" runs both) and THREADS (default 2) set the size; data is generated
 # once into ~/.cache/tierdb/bench/tpch-sfSF. Output (tables, CSV, JSON, PNG) goes to $OUT
-# (bench-results/). Out of CI: test_tpch.py checks the answers at SF 0.01 there.
+# (bench-results/). VARIANTS="tag=--flag …" adds warm tierdb columns run with other flags
+# (e.g. VARIANTS="no_reduce=--no-semi-join-reduction": what that rule buys).
+# Out of CI: test_tpch.py checks the answers at SF 0.01 there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
@@ -33,7 +35,9 @@ for SF in $SFS; do
   WORK=$(mktemp -d -t tierdb-tpch.XXXXXX)
   SPEC=()
   case "$SF" in 0.01|0.1|1) SPEC=(--duckdb-tpch "$EXT") ;; esac
-  "$DUCK_ENV/bin/python" python/bench/tpch.py --tierdb "$BIN" --sf "$SF" \
+  VARIANT_ARGS=()
+  for v in ${VARIANTS:-}; do VARIANT_ARGS+=(--variant "$v"); done
+  "$DUCK_ENV/bin/python" python/bench/tpch.py --tierdb "$BIN" --sf "$SF" "${VARIANT_ARGS[@]}" \
     --data "$HOME/.cache/tierdb/bench/tpch-sf$SF" --work "$WORK" --threads "$THREADS" --runs "$RUNS" \
     --s3-url "$TIERDB_TEST_S3_URL" "${SPEC[@]}" --out "$OUT/tpch-sf$SF" | tee "$OUT/tpch-sf$SF.txt"
   rm -rf "$WORK"

@@ -261,6 +261,10 @@ def main():
     ap.add_argument("--s3-url", help="object store URL for the cold run (e.g. MinIO)")
     ap.add_argument("--duckdb-tpch", help="path of DuckDB's tpch extension (tpch_answers())")
     ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--variant", action="append", default=[], metavar="TAG=FLAGS",
+                    help="another warm tierdb column with these `tierdb bench queries` flags "
+                         "(space-separated), e.g. no_reduce=--no-semi-join-reduction: what a "
+                         "planner rule buys, measured in the same run")
     args = ap.parse_args()
 
     import duckdb
@@ -300,7 +304,11 @@ def main():
 
     columns = {"duckdb": duck_t}
     figures = {}
-    for tag, extra in [("datafusion", ["--plain-datafusion"]), ("tierdb", [])]:
+    variants = [("datafusion", ["--plain-datafusion"]), ("tierdb", [])]
+    for v in args.variant:
+        tag, _, flags = v.partition("=")
+        variants.append((tag, flags.split()))
+    for tag, extra in variants:
         t, a, f = tierdb_bench(args.tierdb, db, args.threads, args.runs, out, tag, extra)
         columns[tag] = t
         figures[tag] = f
