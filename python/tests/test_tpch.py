@@ -62,12 +62,22 @@ def test_answer_over_serve_equals_duckdbs(loaded, server, name, sql):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("tag,extra", [("tierdb", []), ("datafusion", ["--plain-datafusion"])])
+@pytest.mark.parametrize("tag,extra", [("tierdb", []), ("datafusion", ["--plain-datafusion"]),
+                                       ("no_reduce", ["--no-semi-join-reduction"])])
 def test_bench_peers_answer_as_duckdb(loaded, tmp_path, tag, extra):
     db, answers, _ = loaded
     _, got, _ = tpch.tierdb_bench(BIN, db, 2, 1, tmp_path, tag, extra)
     problems = [p for n, _ in QUERIES for p in tpch.compare(n, got[n], answers[n])]
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("name", ["q02", "q17", "q20"])
+def test_correlated_aggregates_are_reduced(server, name):
+    """Q2, Q17 and Q20's decorrelated aggregates are semi-join reduced (semijoin.rs): only
+    the groups the outer query can join are built. Their answers are checked above."""
+    sql = dict(QUERIES)[name]
+    plan = "\n".join(r[1] for r in server.execute("EXPLAIN " + sql).fetchall())
+    assert "__tierdb_reduce" in plan, plan
 
 
 def test_answers_on_dbgen_data_are_the_specifications(tmp_path):
