@@ -6,7 +6,8 @@
 //! m "state"                      Meta: last tid, highest oid a transaction chose + 1
 //! m "oids"                       oids reserved up to (written by oid reservations only)
 //! m "objects"                    the number of objects (absent in older stores: counted)
-//! h <oid:8>                      head: version, current tid, then that Revision
+//! h <oid:8>                      head: version, current tid, that Revision, then (when
+//!                                its compressed data is small) a copy of its DataRecord
 //! o <oid:8> <tid:8>              Revision: data hash (or "no data"), data_txn, prev tid
 //! t <tid:8>                      TxnRecord: status, user, description, extension
 //! r <tid:8> <oid:8>              version only: the objects a transaction wrote
@@ -19,6 +20,14 @@
 //!
 //! Revisions of one object are adjacent and ordered by tid, so the current revision and
 //! `loadBefore` are one descending seek and history is a prefix scan.
+//!
+//! A head record carries a copy of its revision's data record when the stored (compressed)
+//! bytes are at most [`HEAD_DATA_MAX`]: loading a current revision, the common case, is
+//! then one key-value read instead of two. The `d` record stays the data's home (history,
+//! undo, pack and dedup use it alone); the copy costs the current small objects' bytes
+//! once more and is checked against the revision's hash like the original. Heads written
+//! before copies existed, or for data copied from another revision (undo, restore without
+//! prepared data), have none and load through the `d` record.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -80,19 +89,50 @@ pub fn head_key(oid: Oid) -> Bytes {
     k.freeze()
 }
 
-pub fn encode_head(tid: Tid, rev: &Revision) -> Bytes {
+/// Stored (compressed) data up to this many bytes is copied into its object's head record.
+pub const HEAD_DATA_MAX: usize = 4096;
+
+/// A head record: the current revision's tid, the revision, and a copy of its data record
+/// when given (only small inline records are copied; see [`HEAD_DATA_MAX`]).
+pub fn encode_head(tid: Tid, rev: &Revision, data: Option<&DataRecord>) -> Bytes {
     let enc = rev.encode();
-    let mut out = BytesMut::with_capacity(9 + enc.len());
+    let data = data
+        .filter(|d| rev.data.is_some() && d.chunks == 0)
+        .map(|d| d.encode());
+    let mut out = BytesMut::with_capacity(9 + enc.len() + data.as_ref().map_or(0, |d| d.len()));
     out.put_u8(VERSION);
     out.put_u64(tid.0);
     out.put_slice(&enc);
+    if let Some(d) = data {
+        out.put_slice(&d);
+    }
     out.freeze()
 }
 
+/// The tid and revision of a head record (its data copy, if any, is checked for shape and
+/// dropped).
 pub fn decode_head(key: &[u8], v: &[u8]) -> Result<(Tid, Revision)> {
+    decode_head_data(key, v).map(|(tid, rev, _)| (tid, rev))
+}
+
+/// The tid, revision and data copy (if the head carries one) of a head record.
+pub fn decode_head_data(key: &[u8], v: &[u8]) -> Result<(Tid, Revision, Option<DataRecord>)> {
     let mut r = Reader::new(key, v)?;
     let tid = Tid(r.u64()?);
-    Ok((tid, Revision::decode(key, r.buf)?))
+    let len = match r.buf.get(1) {
+        Some(&kind) => Revision::encoded_len(kind)
+            .ok_or_else(|| r.damaged(format!("unknown revision kind {kind}")))?,
+        None => return Err(r.damaged("truncated: no revision".into())),
+    };
+    let rev = Revision::decode(key, r.take(len)?)?;
+    if r.buf.is_empty() {
+        return Ok((tid, rev, None));
+    }
+    let data = DataRecord::decode(key, r.buf)?;
+    if rev.data.is_none() || data.chunks != 0 {
+        return Err(r.damaged("a head carries data its revision does not name".into()));
+    }
+    Ok((tid, rev, Some(data)))
 }
 
 /// A chunk of a large record's compressed bytes, as stored.
@@ -359,6 +399,16 @@ pub struct Revision {
 }
 
 impl Revision {
+    /// The encoded length of a revision of `kind` (its second byte), if a known kind.
+    fn encoded_len(kind: u8) -> Option<usize> {
+        match kind {
+            1 => Some(50),
+            2 => Some(18),
+            3 => Some(82),
+            _ => None,
+        }
+    }
+
     pub fn encode(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(83);
         out.put_u8(VERSION);
@@ -505,7 +555,7 @@ mod tests {
             prev: Tid(1),
             blob: None,
         };
-        let mut head = encode_head(Tid(2), &rev).to_vec();
+        let mut head = encode_head(Tid(2), &rev, None).to_vec();
         assert_eq!(decode_head(b"h", &head).unwrap(), (Tid(2), rev));
         head[0] = 1;
         let e = decode_head(b"h", &head).unwrap_err().to_string();
@@ -543,7 +593,18 @@ mod tests {
             }
             .encode()
             .to_vec(),
-            encode_head(Tid(4), &rev).to_vec(),
+            encode_head(Tid(4), &rev, None).to_vec(),
+            encode_head(
+                Tid(4),
+                &rev,
+                Some(&DataRecord {
+                    codec: 1,
+                    raw_len: 9,
+                    inline: Bytes::from_static(b"abc"),
+                    chunks: 0,
+                }),
+            )
+            .to_vec(),
             encode_chunk(b"some compressed bytes").to_vec(),
         ];
         let decode_all = |v: &[u8]| {
@@ -552,7 +613,7 @@ mod tests {
             let _ = TxnRecord::decode(&k, v);
             let _ = Meta::decode(&k, v);
             let _ = DataRecord::decode(&k, v);
-            let _ = decode_head(&head_key(Oid(1)), v);
+            let _ = decode_head_data(&head_key(Oid(1)), v);
             let _ = decode_chunk(&chunk_key(&[1; 32], 0), v);
             let _ = parse_rev_key(v);
             let _ = parse_wrote_key(v);
@@ -561,7 +622,7 @@ mod tests {
         };
         proptest!(ProptestConfig::with_cases(2000), |(
             noise in proptest::collection::vec(any::<u8>(), 0..200),
-            seed in 0usize..4,
+            seed in 0usize..6,
             flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..6),
             cut in any::<usize>(),
         )| {
@@ -627,8 +688,38 @@ mod tests {
         assert_eq!(Meta::decode(b"m", &m.encode()).unwrap(), m);
         let old = &m.encode()[..17];
         assert!(!Meta::decode(b"m", old).unwrap().heads);
-        let (t, r) = decode_head(b"h", &encode_head(Tid(7), &rev)).unwrap();
+        let (t, r) = decode_head(b"h", &encode_head(Tid(7), &rev, None)).unwrap();
         assert_eq!((t, r), (Tid(7), rev));
         assert!(decode_head(b"h", b"123").is_err());
+        // A head with a copy of its data record, of each revision kind that has data.
+        let copy = DataRecord {
+            codec: 0,
+            raw_len: 3,
+            inline: Bytes::from_static(b"abc"),
+            chunks: 0,
+        };
+        for r in [rev, with_blob] {
+            let head = encode_head(Tid(8), &r, Some(&copy));
+            assert_eq!(
+                decode_head_data(b"h", &head).unwrap(),
+                (Tid(8), r, Some(copy.clone()))
+            );
+            assert_eq!(decode_head(b"h", &head).unwrap(), (Tid(8), r));
+            // Cut anywhere but where the copy begins (a head without one), it is damaged.
+            let copy_at = 9 + r.encode().len();
+            for cut in (0..head.len()).filter(|&c| c != copy_at) {
+                assert!(
+                    decode_head_data(b"h", &head[..cut]).is_err(),
+                    "cut at {cut}"
+                );
+            }
+            assert_eq!(decode_head_data(b"h", &head[..copy_at]).unwrap().2, None);
+        }
+        // A revision without data carries no copy; one that claims to is damaged.
+        let gone = Revision { data: None, ..rev };
+        let head = encode_head(Tid(8), &gone, Some(&copy));
+        assert_eq!(decode_head_data(b"h", &head).unwrap().2, None);
+        let forged = [&head[..], &copy.encode()[..]].concat();
+        assert!(decode_head_data(b"h", &forged).is_err());
     }
 }

@@ -70,7 +70,7 @@ fn record_decoders_survive_damaged_records() {
         [&[0u8][..], &meta.encode()].concat(),
         [&[1u8][..], &rev.encode()].concat(),
         [&[2u8][..], &txn.encode()].concat(),
-        [&[3u8][..], &records::encode_head(Tid(2), &rev)].concat(),
+        [&[3u8][..], &records::encode_head(Tid(2), &rev, None)].concat(),
         [&[4u8][..], &records::encode_oids(77)].concat(),
         [&[5u8][..], &records::encode_chunk(b"chunk")].concat(),
         [&[6u8][..], &records::rev_key(Oid(1), Tid(2))].concat(),

@@ -281,6 +281,25 @@ async fn restore_copies_transactions_with_their_tids() {
     assert!(matches!(dst.vote(txn).await, Err(ObjError::Invalid(_))));
     // Oids the copy brought are not handed out again.
     assert!(dst.new_oid().await.unwrap() > a);
+    // An import's way (prepared records, many transactions in one commit) writes the
+    // latest revision's small data into its head as well.
+    use tierdb_kv::KvRead;
+    let dst = open().await;
+    let mut txns = Vec::new();
+    for t in src.transactions(Tid::ZERO, Tid::MAX).await.unwrap() {
+        let mut txn = Txn::restoring(t.record.meta.clone(), t.tid);
+        for r in &t.records {
+            txn.restore(r.oid, r.data.clone(), r.data_txn);
+        }
+        txn.prepare().unwrap();
+        txns.push(txn);
+    }
+    dst.restore_many(txns).await.unwrap();
+    let key = tierdb_objects::records::head_key(a);
+    let v = dst.kv().get(&key).await.unwrap().unwrap();
+    let (_, _, copy) = tierdb_objects::records::decode_head_data(&key, &v).unwrap();
+    assert_eq!(copy.unwrap().inline, Bytes::from("a2"));
+    assert_eq!(dst.load(a).await.unwrap().0, Bytes::from("a2"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -523,4 +542,86 @@ async fn prefetch_fills_the_record_cache_with_what_loads_answer() {
         }
     }
     assert_eq!(s.load(changed).await.unwrap(), (Bytes::from("changed"), t2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_data_rides_in_its_head_and_a_changed_byte_there_names_the_object() {
+    use tierdb_kv::{KvRead, KvWrite};
+    use tierdb_objects::records;
+    let capacity = Arc::new(InMemory::new());
+    let s = open_on(capacity.clone()).await;
+    let (small, large) = (s.new_oid().await.unwrap(), s.new_oid().await.unwrap());
+    // Incompressible and over records::HEAD_DATA_MAX: no copy in its head.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let noise: Vec<u8> = (0..20_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 56) as u8
+        })
+        .collect();
+    let mut txn = Txn::new(meta("both"));
+    txn.store(small, Tid::ZERO, Some(Bytes::from("a small pickle")));
+    txn.store(large, Tid::ZERO, Some(Bytes::from(noise.clone())));
+    let t1 = s.finish(s.vote(txn).await.unwrap()).await.unwrap();
+    let head = |oid| {
+        let s = &s;
+        async move {
+            let key = records::head_key(oid);
+            let v = s.kv().get(&key).await.unwrap().unwrap();
+            (v.clone(), records::decode_head_data(&key, &v).unwrap())
+        }
+    };
+    let (_, (_, _, copy)) = head(small).await;
+    assert_eq!(copy.unwrap().raw_len, 14);
+    assert!(head(large).await.1.2.is_none());
+    // An undo makes a revision that reuses older data: its head has no copy.
+    let t2 = commit(&s, "change", &[(small, t1, "changed")]).await;
+    let mut undo = Txn::new(meta("undo"));
+    undo.undo(t2);
+    let t3 = s.finish(s.vote(undo).await.unwrap()).await.unwrap();
+    assert!(head(small).await.1.2.is_none());
+    let t4 = commit(&s, "again", &[(small, t3, "a small pickle again")]).await;
+    let (stored, (_, _, copy)) = head(small).await;
+    assert!(copy.is_some());
+    s.kv().close().await.unwrap();
+    drop(s);
+
+    // Cold (a new open, an empty record cache): loads through the copy and without one.
+    let s = open_on(capacity.clone()).await;
+    assert_eq!(
+        s.load(small).await.unwrap(),
+        (Bytes::from("a small pickle again"), t4)
+    );
+    assert_eq!(s.load(large).await.unwrap(), (Bytes::from(noise), t1));
+    assert_eq!(
+        s.load_before(small, t4).await.unwrap().unwrap().0,
+        Bytes::from("a small pickle")
+    );
+    assert!(s.verify().await.unwrap().problems.is_empty());
+
+    // A changed byte of the copy: the load fails naming the object, verify reports it.
+    let mut bad = stored.to_vec();
+    *bad.last_mut().unwrap() ^= 0x20;
+    let mut b = tierdb_kv::Batch::new();
+    b.put(records::head_key(small), Bytes::from(bad));
+    s.kv().writer().unwrap().commit(b).await.unwrap();
+    s.kv().close().await.unwrap();
+    drop(s);
+    let s = open_on(capacity).await;
+    let e = s.load(small).await.unwrap_err();
+    assert!(
+        matches!(e, ObjError::Damaged { .. }) && e.to_string().contains(&small.to_string()),
+        "{e}"
+    );
+    assert!(s.load_before(small, Tid(u64::MAX)).await.is_err());
+    let report = s.verify().await.unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("the data its head carries")),
+        "{report:?}"
+    );
 }

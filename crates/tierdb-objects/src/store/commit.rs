@@ -15,6 +15,18 @@ pub struct Prepared {
     pub(super) stored: Bytes,
 }
 
+impl Prepared {
+    /// The data record a head carries as a copy, when the stored bytes are small enough.
+    pub(super) fn head_copy(&self) -> Option<DataRecord> {
+        (self.stored.len() <= records::HEAD_DATA_MAX).then(|| DataRecord {
+            codec: self.codec,
+            raw_len: self.raw_len,
+            inline: self.stored.clone(),
+            chunks: 0,
+        })
+    }
+}
+
 /// Hashes and compresses `data` (zstd, kept only when smaller).
 pub fn prepare_data(data: &[u8]) -> Result<Prepared> {
     let hash = *blake3::hash(data).as_bytes();
@@ -72,17 +84,8 @@ impl VersionedStore {
         meta.oid_reserved = meta.oid_reserved.max(oid.0.saturating_add(1));
     }
 
-    /// Adds the data records for `data` to `batch` unless already stored; returns its hash.
-    pub(super) async fn stage_data(
-        &self,
-        data: &[u8],
-        batch: &mut Batch,
-        staged: &mut BTreeSet<Hash>,
-    ) -> Result<Hash> {
-        self.stage_data_counted(data, batch, staged, None).await
-    }
-
-    /// [`Self::stage_data`], adding to `counts` when given.
+    /// Adds the data records for `data` to `batch` unless already stored, adding to
+    /// `counts` when given; returns its hash.
     pub(super) async fn stage_data_counted(
         &self,
         data: &[u8],
@@ -191,6 +194,7 @@ impl VersionedStore {
         let mut staged = BTreeSet::new();
         let mut revisions = BTreeMap::new();
         let mut stored = BTreeMap::new();
+        let mut head_data = BTreeMap::new();
         for (&oid, (serial, data)) in &txn.stores {
             let current = self.current(oid).await?;
             let committed = current.map_or(Tid::ZERO, |(t, _)| t);
@@ -204,7 +208,14 @@ impl VersionedStore {
             let hash = match data {
                 Some(d) => {
                     stored.insert(oid, d.clone());
-                    Some(self.stage_data(d, &mut data_batch, &mut staged).await?)
+                    let p = prepare_data(d)?;
+                    let h = self
+                        .stage_prepared(&p, &mut data_batch, &mut staged, None, None)
+                        .await?;
+                    if let Some(copy) = p.head_copy() {
+                        head_data.insert(oid, copy);
+                    }
+                    Some(h)
                 }
                 None => None,
             };
@@ -252,10 +263,12 @@ impl VersionedStore {
         }
         // Undo replaced some stored revisions with older data: only the rest are cached.
         stored.retain(|oid, _| revisions.get(oid).is_some_and(|r| r.data_txn.is_none()));
+        head_data.retain(|oid, _| stored.contains_key(oid));
         Ok(Voted {
             tid,
             revisions,
             stored,
+            head_data,
             meta: txn.meta,
             _lock: lock,
         })
@@ -332,7 +345,11 @@ impl VersionedStore {
         for (&oid, rev) in &voted.revisions {
             b.put(records::rev_key(oid, voted.tid), rev.encode());
             if meta.heads {
-                b.put(records::head_key(oid), records::encode_head(voted.tid, rev));
+                let copy = voted.head_data.get(&oid);
+                b.put(
+                    records::head_key(oid),
+                    records::encode_head(voted.tid, rev, copy),
+                );
             }
             b.put(records::wrote_key(voted.tid, oid), records::wrote_value());
             Self::note_oid(&mut meta, oid);

@@ -64,7 +64,8 @@ impl VersionedStore {
     ///
     /// One batch, not one load per object: the oids are sorted and cut into runs of nearby
     /// oids (no gap over [`PREFETCH_GAP`]), each run's current revisions read by one scan
-    /// of its head keys, then every revision's data by its hash, 32 reads at a time. An
+    /// of its head keys (small data comes with them), then every other revision's data by
+    /// its hash, 32 reads at a time. An
     /// object whose current revision is not older than `before` (or a store without head
     /// keys) takes [`Self::load_before`].
     pub async fn prefetch(&self, oids: &[Oid], before: Tid) -> usize {
@@ -80,6 +81,7 @@ impl VersionedStore {
         want.dedup();
         let mut reads = Vec::new();
         let mut singly = Vec::new();
+        let mut copied = 0;
         if self.meta.lock().heads {
             for run in want.chunk_by(|a, b| b.0 - a.0 <= PREFETCH_GAP) {
                 let (first, last) = (run[0], run[run.len() - 1]);
@@ -100,8 +102,20 @@ impl VersionedStore {
                     if run.binary_search(&oid).is_err() {
                         continue;
                     }
-                    match records::decode_head(&k, &v) {
-                        Ok((tid, rev)) if tid < before && rev.data.is_some() => {
+                    match records::decode_head_data(&k, &v) {
+                        // The head carries the data: into the cache, no further read.
+                        Ok((tid, rev, Some(copy))) if tid < before => {
+                            let Some(h) = rev.data else { continue };
+                            match unpack(&h, &copy, copy.inline.clone()) {
+                                Ok(data) => {
+                                    let data = Some(data);
+                                    self.cache.fill(seen, oid, cache::Cached { tid, rev, data });
+                                    copied += 1;
+                                }
+                                Err(_) => singly.push(oid),
+                            }
+                        }
+                        Ok((tid, rev, None)) if tid < before && rev.data.is_some() => {
                             reads.push((seen, oid, tid, rev))
                         }
                         _ => singly.push(oid),
@@ -135,7 +149,7 @@ impl VersionedStore {
             .filter(|found| std::future::ready(*found))
             .count()
             .await;
-        cached + batched + single
+        cached + copied + batched + single
     }
 
     /// Transactions with `start <= tid <= stop`, oldest first, with their records. Reads

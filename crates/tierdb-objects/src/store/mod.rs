@@ -237,14 +237,19 @@ impl VersionedStore {
         if let Some(c) = self.cache.get(oid) {
             return Ok(Some((c.tid, c.rev)));
         }
-        self.current_stored(oid).await
+        Ok(self.current_stored(oid).await?.map(|(t, r, _)| (t, r)))
     }
 
-    async fn current_stored(&self, oid: Oid) -> Result<Option<(Tid, Revision)>> {
+    /// The current revision as stored, with the copy of its data record its head carries
+    /// (small data only; see `records::HEAD_DATA_MAX`).
+    async fn current_stored(
+        &self,
+        oid: Oid,
+    ) -> Result<Option<(Tid, Revision, Option<DataRecord>)>> {
         if self.meta.lock().heads {
             let key = records::head_key(oid);
             return match self.kv.get(&key).await? {
-                Some(v) => Ok(Some(records::decode_head(&key, &v)?)),
+                Some(v) => Ok(Some(records::decode_head_data(&key, &v)?)),
                 None => Ok(None),
             };
         }
@@ -258,10 +263,33 @@ impl VersionedStore {
                     key: format!("{k:?}"),
                     reason: "not a revision key".into(),
                 })?;
-                Ok(Some((tid, Revision::decode(k, v)?)))
+                Ok(Some((tid, Revision::decode(k, v)?, None)))
             }
             None => Ok(None),
         }
+    }
+
+    /// The current revision and its data when the cache has it or its head carries it.
+    async fn current_with_data(&self, oid: Oid) -> Result<Option<(Tid, Revision, Option<Bytes>)>> {
+        if let Some(c) = self.cache.get(oid) {
+            return Ok(Some((c.tid, c.rev, c.data)));
+        }
+        Ok(match self.current_stored(oid).await? {
+            Some((tid, rev, Some(copy))) => {
+                let data = match &rev.data {
+                    Some(h) => Some(unpack(h, &copy, copy.inline.clone()).map_err(|e| {
+                        ObjError::Damaged {
+                            key: hex(&records::head_key(oid)),
+                            reason: format!("object {oid}: the data its head carries: {e}"),
+                        }
+                    })?),
+                    None => None,
+                };
+                Some((tid, rev, data))
+            }
+            Some((tid, rev, None)) => Some((tid, rev, None)),
+            None => None,
+        })
     }
 
     async fn revision(&self, oid: Oid, tid: Tid) -> Result<Option<Revision>> {
@@ -272,23 +300,24 @@ impl VersionedStore {
         }
     }
 
-    /// The current data and serial of `oid`.
+    /// The current data and serial of `oid`: one key-value read for small data (its head
+    /// carries a copy), two for the rest (the head, then the data record).
     pub async fn load(&self, oid: Oid) -> Result<(Bytes, Tid)> {
         if let Some(hit) = self.load_cached(oid) {
             return Ok(hit);
         }
         let seen = self.cache.epoch();
-        let (tid, rev) = match self.cache.get(oid) {
-            Some(c) => (c.tid, c.rev),
-            None => self
-                .current_stored(oid)
-                .await?
-                .ok_or(ObjError::NotFound { oid, at: None })?,
-        };
+        let (tid, rev, data) = self
+            .current_with_data(oid)
+            .await?
+            .ok_or(ObjError::NotFound { oid, at: None })?;
         let Some(h) = rev.data else {
             return Err(ObjError::NotFound { oid, at: None });
         };
-        let data = self.read_data(&h).await?;
+        let data = match data {
+            Some(d) => d,
+            None => self.read_data(&h).await?,
+        };
         self.cache.fill(
             seen,
             oid,
@@ -312,7 +341,8 @@ impl VersionedStore {
     /// revision if any). `None` if the object was created at or after `tid`;
     /// [`ObjError::NotFound`] if it never existed or its revision before `tid` has no data
     /// (an undone creation), as ZODB's `loadBefore` answers. At most three seeks, whatever
-    /// the length of the object's history.
+    /// the length of the object's history; one when the current revision is older than
+    /// `tid` and its head carries its data.
     pub async fn load_before(
         &self,
         oid: Oid,
@@ -326,18 +356,22 @@ impl VersionedStore {
         // Taken before the current revision is read: a commit after it keeps what this
         // read found out of the cache (see cache.rs).
         let seen = self.cache.epoch();
-        let current = self.current(oid).await?;
+        let current = self.current_with_data(oid).await?;
         if current.is_none() {
             return Err(ObjError::NotFound { oid, at: None });
         }
         // The common case, a read as of a recent snapshot: the current revision is older.
-        // Its data is read by the hash just read (two key-value reads in all, not three).
-        if let Some((start, rev)) = current
+        // Its data came with its head, or is read by the hash just read (two key-value
+        // reads in all, not three).
+        if let Some((start, rev, known)) = current
             && start < tid
         {
             return match rev.data {
                 Some(h) => {
-                    let data = self.read_data(&h).await?;
+                    let data = match known {
+                        Some(d) => d,
+                        None => self.read_data(&h).await?,
+                    };
                     let cached = cache::Cached {
                         tid: start,
                         rev,
@@ -455,24 +489,7 @@ impl VersionedStore {
             }
             Bytes::from(all)
         };
-        let raw = match rec.codec {
-            0 => stored,
-            _ => Bytes::from(
-                with_decompressor(|d| d.decompress(&stored, rec.raw_len as usize)).map_err(
-                    |e| ObjError::Damaged {
-                        key: format!("d{}", hex(h)),
-                        reason: format!("cannot decompress: {e}"),
-                    },
-                )?,
-            ),
-        };
-        if raw.len() as u64 != rec.raw_len || *blake3::hash(&raw).as_bytes() != *h {
-            return Err(ObjError::Damaged {
-                key: format!("d{}", hex(h)),
-                reason: "data does not match its hash".into(),
-            });
-        }
-        Ok(raw)
+        unpack(h, &rec, stored)
     }
 
     /// The hash of the blob of `oid`'s revision `serial`.
@@ -506,6 +523,29 @@ impl VersionedStore {
                 reason: f.reason,
             })
     }
+}
+
+/// The data `rec` stores as `stored` (its inline bytes or its chunks joined), decompressed
+/// and checked against its hash `h`: a changed byte is an error naming the record.
+fn unpack(h: &Hash, rec: &DataRecord, stored: Bytes) -> Result<Bytes> {
+    let raw = match rec.codec {
+        0 => stored,
+        _ => Bytes::from(
+            with_decompressor(|d| d.decompress(&stored, rec.raw_len as usize)).map_err(|e| {
+                ObjError::Damaged {
+                    key: format!("d{}", hex(h)),
+                    reason: format!("cannot decompress: {e}"),
+                }
+            })?,
+        ),
+    };
+    if raw.len() as u64 != rec.raw_len || *blake3::hash(&raw).as_bytes() != *h {
+        return Err(ObjError::Damaged {
+            key: format!("d{}", hex(h)),
+            reason: "data does not match its hash".into(),
+        });
+    }
+    Ok(raw)
 }
 
 thread_local! {

@@ -101,6 +101,8 @@ pub struct Voted {
     pub revisions: BTreeMap<Oid, Revision>,
     /// The data of the revisions stored with new data, for the current-record cache.
     pub(super) stored: BTreeMap<Oid, Bytes>,
+    /// Copies of the small data records of `stored`, for the head records.
+    pub(super) head_data: BTreeMap<Oid, DataRecord>,
     pub(super) meta: TxnMeta,
     pub(super) _lock: tokio::sync::OwnedMutexGuard<()>,
 }

@@ -160,7 +160,7 @@ impl VersionedStore {
         while let Some(page) = pages.next(&self.kv).await? {
             for (k, v) in page {
                 progress.advance(1);
-                let (tid, rev) = match records::decode_head(&k, &v) {
+                let (tid, rev, copy) = match records::decode_head_data(&k, &v) {
                     Ok(h) => h,
                     Err(e) => {
                         problem(&mut r, e.to_string());
@@ -181,6 +181,14 @@ impl VersionedStore {
                         &mut r,
                         format!("object {oid}: its head names revision {tid}, which is missing"),
                     ),
+                }
+                if let (Some(copy), Some(h)) = (copy, rev.data)
+                    && let Err(e) = unpack(&h, &copy, copy.inline.clone())
+                {
+                    problem(
+                        &mut r,
+                        format!("object {oid}: the data its head carries: {e}"),
+                    );
                 }
             }
         }
