@@ -625,3 +625,31 @@ async fn small_data_rides_in_its_head_and_a_changed_byte_there_names_the_object(
         "{report:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_oid_stored_as_new_twice_conflicts_the_second_time() {
+    let s = open().await;
+    let (a, b) = (s.new_oid().await.unwrap(), s.new_oid().await.unwrap());
+    // An aborted vote leaves the oid unwritten: it can still be stored as new.
+    let mut txn = Txn::new(meta("aborted"));
+    txn.store(a, Tid::ZERO, Some(Bytes::from("never")));
+    s.abort(s.vote(txn).await.unwrap());
+    let t1 = commit(&s, "first", &[(a, Tid::ZERO, "a1"), (b, Tid::ZERO, "b1")]).await;
+    for oid in [a, b] {
+        let mut txn = Txn::new(meta("again"));
+        txn.store(oid, Tid::ZERO, Some(Bytes::from("a2")));
+        match s.vote(txn).await {
+            Err(ObjError::Conflict { committed, .. }) => assert_eq!(committed, t1),
+            other => panic!("{oid}: {other:?}"),
+        }
+    }
+    // Restored records write oids too: a handed-out oid restored is no longer new.
+    let c = s.new_oid().await.unwrap();
+    let mut txn = Txn::restoring(meta("restore"), Tid(t1.0 + 1));
+    txn.restore(c, Some(Bytes::from("c1")), None);
+    s.restore_many(vec![txn]).await.unwrap();
+    let mut txn = Txn::new(meta("c again"));
+    txn.store(c, Tid::ZERO, Some(Bytes::from("c2")));
+    assert!(matches!(s.vote(txn).await, Err(ObjError::Conflict { .. })));
+    assert_eq!(s.load(a).await.unwrap(), (Bytes::from("a1"), t1));
+}

@@ -4,6 +4,10 @@ use super::*;
 
 /// Oids reserved per durable reservation.
 const OID_BLOCK: u64 = 1024;
+/// Oids handed out and not yet written that [`VersionedStore::new_oid`] remembers; past
+/// this (clients that ask for oids and never use them) it forgets them all, and votes look
+/// those objects up as they do any other.
+const FRESH_MAX: u64 = 1 << 20;
 
 /// Object data hashed and compressed, ready to be stored: the CPU-bound half of storing
 /// it, which an import does on several threads.
@@ -61,6 +65,11 @@ impl VersionedStore {
         }
         loop {
             if let Some(oid) = self.oids.lock().take() {
+                let mut fresh = self.fresh.lock();
+                if fresh.len() >= FRESH_MAX {
+                    fresh.clear();
+                }
+                fresh.insert(oid.0);
                 return Ok(oid);
             }
             let _reserving = self.oid_reserve.lock().await;
@@ -196,8 +205,14 @@ impl VersionedStore {
         let mut stored = BTreeMap::new();
         let mut head_data = BTreeMap::new();
         for (&oid, (serial, data)) in &txn.stores {
-            let current = self.current(oid).await?;
-            let committed = current.map_or(Tid::ZERO, |(t, _)| t);
+            // An oid this process handed out and no commit wrote has no revision: a new
+            // object needs no lookup (the commit lock held here orders this check with the
+            // finish that would write it).
+            let committed = if *serial == Tid::ZERO && self.fresh.lock().contains(oid.0) {
+                Tid::ZERO
+            } else {
+                self.current(oid).await?.map_or(Tid::ZERO, |(t, _)| t)
+            };
             if committed != *serial {
                 return Err(ObjError::Conflict {
                     oid,
@@ -370,6 +385,9 @@ impl VersionedStore {
         if let Some(n) = count {
             b.put(records::count_key(), records::encode_oids(n));
         }
+        // No longer fresh, whatever the commit's outcome (a failed commit may still have
+        // become durable): later votes look these objects up.
+        self.written(voted.revisions.keys().copied());
         handle::commit(&self.kv, b).await?;
         *self.meta.lock() = meta;
         self.set_count(count);
@@ -394,6 +412,16 @@ impl VersionedStore {
             self.oids.lock().skip_to(max.0.saturating_add(1));
         }
         Ok(tid)
+    }
+
+    /// Forgets that `oids` are fresh: a commit wrote them.
+    pub(super) fn written(&self, oids: impl Iterator<Item = Oid>) {
+        let mut fresh = self.fresh.lock();
+        if !fresh.is_empty() {
+            for oid in oids {
+                fresh.remove(oid.0);
+            }
+        }
     }
 
     /// Abandons a voted transaction (its staged data is collected by the next pack).

@@ -59,6 +59,9 @@ pub struct VersionedStore {
     blobs: Blobs,
     meta: parking_lot::Mutex<Meta>,
     oids: parking_lot::Mutex<OidBlock>,
+    /// Oids this process handed out that no commit has written yet: such an oid has no
+    /// revision, so a vote storing it as new needs no lookup (see `commit.rs`).
+    fresh: parking_lot::Mutex<roaring::RoaringTreemap>,
     /// Held while an oid reservation is committed (never while waiting on a transaction).
     oid_reserve: tokio::sync::Mutex<()>,
     commit: Arc<tokio::sync::Mutex<()>>,
@@ -125,6 +128,7 @@ impl VersionedStore {
                 reserved: reserved.max(1),
             }),
             oid_reserve: tokio::sync::Mutex::new(()),
+            fresh: parking_lot::Mutex::new(roaring::RoaringTreemap::new()),
             meta: parking_lot::Mutex::new(meta),
             blobs: Blobs::new(kv.store().clone(), &root),
             kv,

@@ -140,6 +140,7 @@ impl VersionedStore {
         if let Some(n) = count {
             batch.put(records::count_key(), records::encode_oids(n));
         }
+        self.written(latest.keys().copied());
         handle::commit(&self.kv, batch).await?;
         *self.meta.lock() = meta;
         self.set_count(count);
