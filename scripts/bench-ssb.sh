@@ -10,7 +10,9 @@
 #   raw throughput; GET requests and bytes from MinIO per query.
 # SF (default 10) and THREADS (default 2) set the size; data is generated once into
 # ~/.cache/tierdb/bench/ssb-sfSF. Output (tables, CSV, PNG) goes to $OUT (bench-results/).
-# SECTIONS (default "compare readpath") picks the parts to run.
+# SECTIONS (default "compare readpath") picks the parts to run. COLD_VARIANTS="tag=--flag=x …"
+# adds cold read-path runs with other flags beside the cold one (e.g.
+# COLD_VARIANTS="blk64k=--block-bytes=64KiB": what the segment block size costs cold).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tierdb/target}
@@ -43,7 +45,9 @@ if [[ " $SECTIONS " == *" readpath "* ]]; then
   if [ ! -x "$DUCK_ENV/bin/python" ]; then python3 -m venv "$DUCK_ENV"; fi
   "$DUCK_ENV/bin/python" -m pip install -q --disable-pip-version-check \
     duckdb==1.5.5 duckdb-extension-httpfs==1.5.5
-  "$PY" python/bench/ssb_readpath.py --tierdb "$BIN" --duckdb-python "$DUCK_ENV/bin/python" \
+  VARIANT_ARGS=()
+  for v in ${COLD_VARIANTS:-}; do VARIANT_ARGS+=(--cold-variant "$v"); done
+  "$PY" python/bench/ssb_readpath.py "${VARIANT_ARGS[@]}" --tierdb "$BIN" --duckdb-python "$DUCK_ENV/bin/python" \
     --sf "$SF" --data "$DATA" --work "$WORK/readpath" --threads "$THREADS" --runs "$RUNS" \
     --bucket "s3://tierdb-test" --out "$OUT" | tee "$OUT/ssb-readpath.txt"
 fi

@@ -72,6 +72,9 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bucket", required=True, help="s3://bucket (MinIO, AWS_* set)")
     ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--cold-variant", action="append", default=[], metavar="TAG=FLAGS",
+                    help="another cold run with these extra tierdb flags (e.g. "
+                         "'blk64k=--block-bytes 64KiB'), printed beside the cold run")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     work = Path(a.work).resolve()
@@ -105,6 +108,14 @@ def main():
     runs["cold"], answers["cold"] = tierdb_bench(
         a.tierdb, s3_db, t, "1", a.out, "readpath-cold",
         ["--cold", "--cache-dir", cold_dir, "--cache-bytes", device])
+    variants = {}
+    for v in a.cold_variant:
+        tag, _, flags = v.partition("=")
+        print(f"== cold ({tag}: {flags}): MinIO, empty DRAM and device tiers per query", flush=True)
+        variants[tag] = tierdb_bench(
+            a.tierdb, s3_db, t, "1", a.out, f"readpath-cold-{tag}",
+            ["--cold", "--cache-dir", work / f"cache-cold-{tag}", "--cache-bytes", device,
+             *flags.split()])
     warm_dir = work / "cache-warm"
     print("== warm: MinIO through the DRAM and device tiers", flush=True)
     runs["warm"], answers["warm"] = tierdb_bench(
@@ -138,6 +149,9 @@ def main():
         for k in ("cold", "warm", "restarted"):
             if answers[k].get(name) != want:
                 bad.append(f"{name} {k}")
+        for tag, (_, ans) in variants.items():
+            if ans.get(name) != want:
+                bad.append(f"{name} cold-{tag}")
         got = sorted(tuple(norm(v) for v in r) for r in duck["results"][name]["rows"])
         if got != want:
             bad.append(f"{name} duckdb")
@@ -150,6 +164,8 @@ def main():
     sec = {k: {n: float(runs[k][n]["seconds"]) for n in names} for k in runs}
     sec["duckdb"] = {n: duck["results"][n]["seconds"] for n in names}
     cold_bytes = {n: int(runs["cold"][n]["capacity_bytes"]) for n in names}
+    # What the queries asked the store for (Parquet footers, pages, column chunks).
+    cold_read = {n: int(runs["cold"][n]["bytes_read"]) for n in names}
     cold_gets = {n: int(runs["cold"][n]["capacity_gets"]) for n in names}
     cold_heads = {n: int(runs["cold"][n]["capacity_heads"]) for n in names}
     rest_bytes = {n: int(runs["restarted"][n]["capacity_bytes"]) for n in names}
@@ -158,25 +174,29 @@ def main():
     with open(Path(a.out) / "ssb-readpath.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["query"] + [f"{k}_seconds" for k in order]
-                   + ["cold_bytes_from_minio", "cold_gets", "cold_heads", "warm_bytes_from_minio",
-                      "restarted_bytes_from_minio"])
+                   + ["cold_bytes_from_minio", "cold_bytes_read", "cold_gets", "cold_heads",
+                      "warm_bytes_from_minio", "restarted_bytes_from_minio"])
         for n in names:
             w.writerow([n] + [f"{sec[k][n]:.4f}" for k in order]
-                       + [cold_bytes[n], cold_gets[n], cold_heads[n], warm_bytes[n], rest_bytes[n]])
+                       + [cold_bytes[n], cold_read[n], cold_gets[n], cold_heads[n], warm_bytes[n],
+                          rest_bytes[n]])
 
     tot = {k: sum(sec[k].values()) for k in order}
     print()
     print(f"SSB SF {a.sf}, {a.threads} threads, seconds per query; MinIO on 127.0.0.1")
     print(f"{'query':<6} {'direct':>8} {'warm':>8} {'cold':>8} {'restart':>8} {'duckdb':>8}"
-          f" {'cold MiB':>9} {'GETs':>6} {'HEADs':>6} {'warm/dir':>8} {'cold/warm':>9} {'rst/warm':>8}")
+          f" {'cold MiB':>9} {'read MiB':>9} {'GETs':>6} {'HEADs':>6} {'warm/dir':>8} {'cold/warm':>9}"
+          f" {'rst/warm':>8}")
     for n in names:
         print(f"{n:<6} " + " ".join(f"{sec[k][n]:8.3f}" for k in order)
-              + f" {cold_bytes[n] / 2**20:9.1f} {cold_gets[n]:6d} {cold_heads[n]:6d}"
+              + f" {cold_bytes[n] / 2**20:9.1f} {cold_read[n] / 2**20:9.1f} {cold_gets[n]:6d}"
+              f" {cold_heads[n]:6d}"
               f" {sec['warm'][n] / sec['direct'][n]:8.2f} {sec['cold'][n] / sec['warm'][n]:9.2f}"
               f" {sec['restarted'][n] / sec['warm'][n]:8.2f}")
     cb, cg, ch = sum(cold_bytes.values()), sum(cold_gets.values()), sum(cold_heads.values())
+    cr = sum(cold_read.values())
     print(f"{'total':<6} " + " ".join(f"{tot[k]:8.3f}" for k in order)
-          + f" {cb / 2**20:9.1f} {cg:6d} {ch:6d} {tot['warm'] / tot['direct']:8.2f}"
+          + f" {cb / 2**20:9.1f} {cr / 2**20:9.1f} {cg:6d} {ch:6d} {tot['warm'] / tot['direct']:8.2f}"
           f" {tot['cold'] / tot['warm']:9.2f} {tot['restarted'] / tot['warm']:8.2f}")
     cold_mibs = cb / 2**20 / tot["cold"]
     print()
@@ -185,18 +205,31 @@ def main():
           f"({cold_mibs / raw_mibs:.0%} of raw)")
     print(f"bytes from MinIO in the warm run: {sum(warm_bytes.values())}; "
           f"in the restarted run: {sum(rest_bytes.values())}")
+    if variants:
+        print()
+        print("cold runs side by side (same invocation):")
+        print(f"{'run':<16} {'seconds':>8} {'fetched MiB':>12} {'read MiB':>9} {'fetched/read':>12} {'GETs':>6}")
+        rows = [("cold", runs["cold"])] + [(f"cold-{t}", r) for t, (r, _) in variants.items()]
+        for label, r in rows:
+            s_ = sum(float(r[n]["seconds"]) for n in names)
+            f_ = sum(int(r[n]["capacity_bytes"]) for n in names)
+            rd = sum(int(r[n]["bytes_read"]) for n in names)
+            g_ = sum(int(r[n]["capacity_gets"]) for n in names)
+            print(f"{label:<16} {s_:8.3f} {f_ / 2**20:12.1f} {rd / 2**20:9.1f} {f_ / max(rd, 1):12.2f} {g_:6d}")
     targets = [
         ("warm <= 1.1x direct", tot["warm"] / tot["direct"], 1.1),
         ("cold <= 2x warm", tot["cold"] / tot["warm"], 2.0),
         ("cold < DuckDB httpfs cold", tot["cold"] / tot["duckdb"], 1.0),
         ("restarted <= 1.2x warm", tot["restarted"] / tot["warm"], 1.2),
         ("cold MiB/s >= 70% of raw", cold_mibs / raw_mibs, 0.7),
+        ("cold fetched <= 1.2x read", cb / max(cr, 1), 1.2),
     ]
     print("targets:")
     for label, value, limit in targets:
         met = value >= limit if label.startswith("cold MiB/s") else value <= limit
         print(f"  {label:<28} {value:6.2f}  {'met' if met else 'NOT met'}")
     json.dump({"sf": a.sf, "threads": a.threads, "seconds": sec, "cold_bytes": cold_bytes,
+               "cold_bytes_read": cold_read,
                "cold_gets": cold_gets, "cold_heads": cold_heads, "raw_mib_per_s": raw_mibs,
                "duckdb": duck["duckdb"]},
               open(Path(a.out) / "ssb-readpath.json", "w"), indent=1)

@@ -28,7 +28,7 @@ pub struct TierArgs {
     /// Eviction policy of the DRAM tier: lru, lfu, fifo, s3fifo, sieve [default: lfu].
     #[arg(long)]
     pub eviction: Option<Eviction>,
-    /// Cached block size of every object [default: 64KiB; 1MiB for table segments].
+    /// Cached block size of every object [default: 64KiB; 256KiB for table segments].
     #[arg(long)]
     pub block_bytes: Option<ByteSize>,
     /// Write-back: cap on data not yet uploaded; writers wait at the cap [default: 256MiB].

@@ -87,7 +87,7 @@ impl OpenOptions {
     /// | SST compression | zstd | lz4 (records are zstd-compressed already) | lz4 (row tables' point reads decode a block each: zstd made a decoder context per block, a sixth of the CPU of a point select) |
     /// | SlateDB block cache | off (the DRAM tier holds blocks) | 32 MiB (a load is two gets: keep decoded blocks) | off here; `tierdb sql`/`serve` give it a quarter of the DRAM tier (`--block-cache-bytes`) |
     /// | sequential cutoff | 1 MiB (a compaction's reads do not flush the cache) | 1 MiB | none (segment scans are the hot data) |
-    /// | block size of table segments | default (64 KiB) | default | 1 MiB (`SEGMENT_BLOCK_BYTES`) |
+    /// | block size of table segments | default (64 KiB) | default | 256 KiB (`SEGMENT_BLOCK_BYTES`) |
     ///
     /// Everything else is [`TierOptions::default`] and [`KvOptions::default`].
     pub fn new(workload: Workload, role: Role) -> Self {
@@ -117,9 +117,12 @@ impl OpenOptions {
     }
 }
 
-/// The tiers' block size for table segments (Parquet column chunks are read in large
-/// pieces; key-value SST blocks and ZODB records keep the default, 64 KiB).
-pub const SEGMENT_BLOCK_BYTES: u64 = 1 << 20;
+/// The tiers' block size for table segments (key-value SST blocks and ZODB records keep the
+/// default, 64 KiB). Measured at SSB SF 1 cold from MinIO (docs/benchmarks.md, 2026-12-07):
+/// 1 MiB blocks fetched 1.43x the bytes the queries read, 256 KiB 1.11x, in as many GETs
+/// (a read's adjacent missing blocks are one GET) and the same warm time; 64 KiB fetched
+/// 1.02x but served warm reads ~7% slower (more pieces to join per column chunk).
+pub const SEGMENT_BLOCK_BYTES: u64 = 256 << 10;
 
 /// The store options for the database at `path`: what the engines write there that never
 /// changes once written (compacted SSTs, named by ULID, and Parquet segments, named by
