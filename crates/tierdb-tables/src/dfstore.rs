@@ -152,7 +152,9 @@ impl DfStore {
     }
 
     /// Fetches ahead of a sequential scan of a segment (see [`crate::readahead`]), in the
-    /// background: the read of `ranges` does not wait for it.
+    /// background: the read of `ranges` does not wait for it. At a segment's last row group
+    /// that includes the start of the next segment of the scan (its footer, then the same
+    /// columns of its first row group).
     fn read_ahead(&self, location: &Path14, file_bytes: u64, ranges: &[Range<u64>]) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -163,13 +165,35 @@ impl DfStore {
             let Some(layout) = readahead.layout(&inner, &location, file_bytes).await else {
                 return;
             };
-            let ahead = readahead.plan(location.as_ref(), &layout, &ranges);
-            if !ahead.is_empty()
-                && let Err(e) = inner.get_ranges(&location, &ahead).await
-            {
-                tracing::debug!(segment = %location, error = %e, "read-ahead failed");
-            }
+            let (ahead, across) = readahead.plan_next(location.as_ref(), &layout, &ranges);
+            let within = async {
+                if !ahead.is_empty()
+                    && let Err(e) = inner.get_ranges(&location, &ahead).await
+                {
+                    tracing::debug!(segment = %location, error = %e, "read-ahead failed");
+                }
+            };
+            let next = async {
+                let Some(across) = across else { return };
+                let path = Path14::from(across.next.path.as_str());
+                let Some(next) = readahead.layout(&inner, &path, across.next.bytes).await else {
+                    return;
+                };
+                let ahead = readahead.plan_across(path.as_ref(), &next, &across.columns);
+                if !ahead.is_empty()
+                    && let Err(e) = inner.get_ranges(&path, &ahead).await
+                {
+                    tracing::debug!(segment = %path, error = %e, "read-ahead failed");
+                }
+            };
+            futures::join!(within, next);
         });
+    }
+
+    /// Records the order in which one partition of a scan reads its segments (path,
+    /// bytes), for read-ahead across segments.
+    pub fn follow(&self, segments: &[(String, u64)]) {
+        self.readahead.follow(segments);
     }
 
     pub fn counters(&self) -> &Arc<ReadCounters> {

@@ -210,6 +210,13 @@ impl TierTable {
                 g.1.push(file);
             }
         }
+        for (_, files) in &groups {
+            let order: Vec<(String, u64)> = files
+                .iter()
+                .map(|f| (f.object_meta.location.to_string(), f.object_meta.size))
+                .collect();
+            self.tables.df_store().follow(&order);
+        }
         // Footers and page indexes are parsed once per process and kept in the session's
         // file metadata cache (`EngineOptions::metadata_cache_bytes`), not re-read per query.
         let runtime = state.runtime_env();

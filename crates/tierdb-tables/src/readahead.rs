@@ -8,6 +8,12 @@
 //! groups and [`AHEAD_BYTES`] ahead, never past the row groups the segment has (so never
 //! past its end). A reader that jumps (a point lookup, a pruned scan) gets none.
 //!
+//! Segments hold few row groups (two of 2^20 rows for a large table), so most of a scan's
+//! waits are at segment starts. A scan registers each partition's segment order
+//! ([`ReadAhead::follow`]); a sequential read that reaches a segment's last row group
+//! then also fetches the next segment's footer and the same columns of its first row
+//! group, and that segment's scan counts as sequential from its first read on.
+//!
 //! The column chunk offsets come from the segment's Parquet footer, read through the tiers
 //! (where the reader's own footer read left it) and parsed once per segment per process.
 //! Read-ahead data enters the tiers like any other read (same admission rule); it is
@@ -84,6 +90,23 @@ impl Layout {
 struct Progress {
     last: Option<usize>,
     ahead_to: usize,
+    /// The scan of the previous segment fetched this one's first row group: a read of it
+    /// continues that scan.
+    continued: bool,
+}
+
+/// What a scan reads after a segment: the next segment of its partition and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextSegment {
+    pub path: String,
+    pub bytes: u64,
+}
+
+/// The next segment to fetch the start of, and the columns (by index) to fetch there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Across {
+    pub next: NextSegment,
+    pub columns: Vec<usize>,
 }
 
 /// Read-ahead state of one process's segment reads.
@@ -91,25 +114,88 @@ struct Progress {
 pub struct ReadAhead {
     layouts: Mutex<HashMap<String, Arc<Layout>>>,
     progress: Mutex<HashMap<String, Progress>>,
+    /// The segment a scan reads after each one (the latest scan's order wins: a hint).
+    next: Mutex<HashMap<String, NextSegment>>,
 }
 
 impl ReadAhead {
+    /// Records the order in which one scan partition reads `segments` (path, bytes).
+    pub fn follow(&self, segments: &[(String, u64)]) {
+        let mut next = self.next.lock();
+        if next.len() + segments.len() > SEGMENTS_MAX {
+            next.clear();
+        }
+        for pair in segments.windows(2) {
+            let follower = NextSegment {
+                path: pair[1].0.clone(),
+                bytes: pair[1].1,
+            };
+            next.insert(pair[0].0.clone(), follower);
+        }
+    }
+
+    /// The ranges of `columns` of the first row group of the segment `path` (laid out as
+    /// `layout`) to fetch ahead of its scan, marking that scan as continued; empty when it
+    /// was already read or fetched, or the row group is over the byte cap. (For the
+    /// [`Across`] that [`Self::plan_next`] returned.)
+    pub fn plan_across(&self, path: &str, layout: &Layout, columns: &[usize]) -> Vec<Range<u64>> {
+        let mut progress = self.progress.lock();
+        if progress.len() >= SEGMENTS_MAX && !progress.contains_key(path) {
+            progress.clear();
+        }
+        let p = progress.entry(path.to_string()).or_default();
+        if p.last.is_some() || p.ahead_to > 0 {
+            return Vec::new();
+        }
+        let Some(first) = layout.chunks.first() else {
+            return Vec::new();
+        };
+        let out: Vec<Range<u64>> = columns
+            .iter()
+            .filter_map(|&c| first.get(c).cloned())
+            .collect();
+        if out.iter().map(|r| r.end - r.start).sum::<u64>() > AHEAD_BYTES {
+            return Vec::new();
+        }
+        p.ahead_to = 1;
+        p.continued = true;
+        out
+    }
+
     /// Records a read of `ranges` of the segment at `path` and returns the ranges to fetch
     /// ahead (empty unless the read continues a sequential scan).
     pub fn plan(&self, path: &str, layout: &Layout, ranges: &[Range<u64>]) -> Vec<Range<u64>> {
+        self.plan_next(path, layout, ranges).0
+    }
+
+    /// [`Self::plan`], and when the sequential read reached the segment's last row group,
+    /// the next segment of its scan (if one was registered by [`Self::follow`]).
+    pub fn plan_next(
+        &self,
+        path: &str,
+        layout: &Layout,
+        ranges: &[Range<u64>],
+    ) -> (Vec<Range<u64>>, Option<Across>) {
         let Some((rg, cols)) = layout.locate(ranges) else {
-            return Vec::new();
+            return (Vec::new(), None);
         };
         let mut progress = self.progress.lock();
         if progress.len() >= SEGMENTS_MAX && !progress.contains_key(path) {
             progress.clear();
         }
         let p = progress.entry(path.to_string()).or_default();
-        let sequential = rg > 0 && p.last == Some(rg - 1);
+        let sequential = (rg > 0 && p.last == Some(rg - 1)) || (rg == 0 && p.continued);
         p.last = Some(rg);
         if !sequential {
-            return Vec::new();
+            return (Vec::new(), None);
         }
+        let across = (rg + 1 == layout.chunks.len())
+            .then(|| self.next.lock().get(path).cloned())
+            .flatten()
+            .map(|next| Across {
+                next,
+                columns: cols.clone(),
+            });
         let from = p.ahead_to.max(rg + 1);
         let to = (rg + 1 + AHEAD_ROW_GROUPS).min(layout.chunks.len());
         let mut out = Vec::new();
@@ -133,7 +219,7 @@ impl ReadAhead {
             out.clear();
         }
         p.ahead_to = next.max(p.ahead_to);
-        out
+        (out, across)
     }
 
     /// The layout of the segment at `path` (`file_bytes` long), parsed from its footer on
@@ -215,6 +301,51 @@ mod tests {
         for r in ra.plan("t", &l, &[rg(1, 1)]) {
             assert!(r.end <= end, "never past the last row group");
         }
+    }
+
+    #[test]
+    fn a_scan_reaching_a_segments_end_fetches_the_next_segments_start() {
+        let l = layout(2, 1 << 20);
+        let ra = ReadAhead::default();
+        let rg = |g: usize, c: usize| l.chunks[g][c].clone();
+        ra.follow(&[("a".into(), 100), ("b".into(), 200), ("c".into(), 300)]);
+        // A jump to the last row group is not a scan: nothing across.
+        assert_eq!(ra.plan_next("c", &l, &[rg(1, 0)]).1, None);
+        // Row group 0 then 1 (the last) of "a": the start of "b", the same columns.
+        assert_eq!(ra.plan_next("a", &l, &[rg(0, 0), rg(0, 2)]), (vec![], None));
+        let (_, across) = ra.plan_next("a", &l, &[rg(1, 0), rg(1, 2)]);
+        let across = across.unwrap();
+        assert_eq!(
+            across,
+            Across {
+                next: NextSegment {
+                    path: "b".into(),
+                    bytes: 200
+                },
+                columns: vec![0, 2]
+            }
+        );
+        assert_eq!(
+            ra.plan_across("b", &l, &across.columns),
+            vec![rg(0, 0), rg(0, 2)]
+        );
+        // Once fetched, not again; and the scan of "b" is sequential from its first read:
+        // row group 1 comes ahead at once, then "c" at its end.
+        assert!(ra.plan_across("b", &l, &across.columns).is_empty());
+        assert_eq!(
+            ra.plan_next("b", &l, &[rg(0, 0), rg(0, 2)]),
+            (vec![rg(1, 0), rg(1, 2)], None)
+        );
+        let (ahead, across) = ra.plan_next("b", &l, &[rg(1, 0), rg(1, 2)]);
+        assert!(ahead.is_empty());
+        assert_eq!(across.unwrap().next.path, "c");
+        // The last segment of a scan has no next one; a segment already read gets nothing.
+        ra.plan_next("c", &l, &[rg(0, 1)]);
+        assert_eq!(ra.plan_next("c", &l, &[rg(1, 1)]).1, None);
+        assert!(ra.plan_across("a", &l, &[0]).is_empty());
+        // Over the byte cap: nothing rather than part of a row group.
+        let big = layout(1, 20 << 20);
+        assert!(ra.plan_across("d", &big, &[0, 1]).is_empty());
     }
 
     #[test]
