@@ -26,8 +26,8 @@
 //! then one key-value read instead of two. The `d` record stays the data's home (history,
 //! undo, pack and dedup use it alone); the copy costs the current small objects' bytes
 //! once more and is checked against the revision's hash like the original. Heads written
-//! before copies existed, or for data copied from another revision (undo, restore without
-//! prepared data), have none and load through the `d` record.
+//! before copies existed, by imports and restores, or for data copied from another
+//! revision (undo), have none and load through the `d` record.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
