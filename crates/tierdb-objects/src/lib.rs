@@ -28,9 +28,10 @@ pub use import::{
 };
 pub use records::{TxnMeta, TxnRecord};
 pub use store::{
-    ClassTotal, DataRecordInfo, DataSizes, HistoryEntry, ImportState, NoProgress, ObjectCursor,
-    PackPreview, PackStats, Progress, References, RestoreStats, RevisionCursor, RevisionRow,
-    StoreStats, TransactionInfo, Txn, VerifyReport, VersionedStore, Voted, holds_objects,
+    COMPRESS_MIN_BYTES, ClassTotal, DataRecordInfo, DataSizes, HistoryEntry, ImportState,
+    NoProgress, ObjectCursor, PackPreview, PackStats, Progress, References, RestoreStats,
+    RevisionCursor, RevisionRow, StoreStats, TransactionInfo, Txn, VerifyReport, VersionedStore,
+    Voted, holds_objects,
 };
 pub use tierdb_kv::KvHandle;
 pub use tierdb_store::Damage;

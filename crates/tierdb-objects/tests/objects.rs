@@ -158,6 +158,32 @@ async fn data_is_deduplicated_compressed_and_large_records_split() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_data_is_stored_as_is_and_written_twice_stays_one_record() {
+    let s = open().await;
+    let small = "a small pickle ".repeat(20);
+    assert!(small.len() < tierdb_objects::COMPRESS_MIN_BYTES);
+    let (a, b) = (s.new_oid().await.unwrap(), s.new_oid().await.unwrap());
+    let t1 = commit(&s, "first", &[(a, Tid::ZERO, &small)]).await;
+    // Another transaction stores the same bytes: the vote writes the record again
+    // without looking for it; it is still one record, and both objects load it.
+    commit(&s, "second", &[(b, Tid::ZERO, &small), (a, t1, "changed")]).await;
+    assert_eq!(s.load(b).await.unwrap().0, Bytes::from(small.clone()));
+    assert_eq!(
+        s.load_serial(a, t1).await.unwrap(),
+        Bytes::from(small.clone())
+    );
+    let stats = s.stats().await.unwrap();
+    assert_eq!((stats.revisions, stats.data_records), (3, 2), "{stats:?}");
+    assert_eq!(stats.unique_bytes, (small.len() + "changed".len()) as u64);
+    assert_eq!(
+        stats.stored_bytes, stats.unique_bytes,
+        "stored as is: {stats:?}"
+    );
+    let report = s.verify().await.unwrap();
+    assert!(report.problems.is_empty(), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_restores_the_previous_revision_or_refuses() {
     let s = open().await;
     let (a, b) = (s.new_oid().await.unwrap(), s.new_oid().await.unwrap());

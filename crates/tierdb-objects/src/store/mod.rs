@@ -13,6 +13,7 @@ mod txn;
 mod verify;
 
 pub use cache::DEFAULT_RECORD_CACHE_BYTES;
+pub use commit::COMPRESS_MIN_BYTES;
 pub use iter::{DataRecordInfo, TransactionInfo};
 pub use pack::{NoProgress, PackStats, Progress, References};
 pub use pack_preview::{ClassTotal, PackPreview};
