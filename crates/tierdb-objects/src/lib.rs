@@ -3,8 +3,9 @@
 //! What NEO is to ZODB, on tierdb's key-value engine: every revision of every object kept
 //! (oid → revisions by tid), two-phase commit (`vote` checks conflicts and makes the data
 //! durable, `finish` is one durable commit), data stored once per content hash and
-//! compressed with zstd, large records split, undo, pack with garbage collection of
-//! unreferenced data, transaction iteration, and restore for copying from another storage.
+//! compressed with zstd (from 1 KiB), large records split, undo, pack with garbage
+//! collection of unreferenced data, transaction iteration, and restore for copying from
+//! another storage.
 //! The key layout is in [`records`]. The Python ZODB storage (`python/`) is built on it.
 
 mod blobs;
