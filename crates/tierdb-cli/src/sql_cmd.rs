@@ -13,6 +13,7 @@ use datafusion::arrow::array::RecordBatch;
 use tierdb_bench::ssb;
 use tierdb_engine::{Database, Role, Workload};
 use tierdb_tables::import::{Format, ImportOptions, ImportProgress, import};
+use tierdb_tables::readahead::ReadAheadMode;
 use tierdb_tables::segment::{SegmentCodec, SegmentOptions};
 use tierdb_tables::{EngineOptions, SqlEngine, StatementResult};
 
@@ -65,6 +66,11 @@ pub struct EngineArgs {
     /// HOST:PORT,… Stages that scan segments are split across them by segment.
     #[arg(long, value_parser = parse_workers, default_value = "")]
     pub workers: WorkerList,
+    /// How far a sequential segment scan fetches ahead of its reader: off, segment (the
+    /// next row groups of the segment) or across (also the start of the scan's next
+    /// segment).
+    #[arg(long, default_value_t = ReadAheadMode::Across)]
+    pub read_ahead: ReadAheadMode,
 }
 
 /// `--workers`, parsed.
@@ -114,6 +120,7 @@ impl EngineArgs {
             semi_join_reduction: !self.no_semi_join_reduction,
             metadata_cache_bytes: plan.metadata as usize,
             workers: self.workers.0.clone(),
+            read_ahead: self.read_ahead,
             ..EngineOptions::default()
         };
         if let Some(t) = self.threads {

@@ -32,7 +32,7 @@ use os14::path::Path as Path14;
 use parking_lot::RwLock;
 
 use crate::checksum::BlockSums;
-use crate::readahead::ReadAhead;
+use crate::readahead::{ReadAhead, ReadAheadMode};
 
 /// What DataFusion read through the adapter.
 #[derive(Debug, Default)]
@@ -156,6 +156,9 @@ impl DfStore {
     /// that includes the start of the next segment of the scan (its footer, then the same
     /// columns of its first row group).
     fn read_ahead(&self, location: &Path14, file_bytes: u64, ranges: &[Range<u64>]) {
+        if self.readahead.mode() == ReadAheadMode::Off {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -188,6 +191,11 @@ impl DfStore {
             };
             futures::join!(within, next);
         });
+    }
+
+    /// Sets how far segment scans read ahead (see [`crate::readahead`]).
+    pub fn set_read_ahead(&self, mode: ReadAheadMode) {
+        self.readahead.set_mode(mode);
     }
 
     /// Records the order in which one partition of a scan reads its segments (path,

@@ -18,10 +18,14 @@
 //! (where the reader's own footer read left it) and parsed once per segment per process.
 //! Read-ahead data enters the tiers like any other read (same admission rule); it is
 //! verified against the block checksums when the scan reads it, not before.
+//!
+//! [`ReadAheadMode`] turns it off, or keeps it within a segment, so what each part buys can
+//! be measured in one invocation (`--read-ahead` of `tierdb sql`, `serve` and `bench`).
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use datafusion::parquet::file::metadata::ParquetMetaDataReader;
 use object_store as os14;
@@ -35,6 +39,60 @@ pub const AHEAD_ROW_GROUPS: usize = 2;
 pub const AHEAD_BYTES: u64 = 32 << 20;
 /// Segments whose layout and progress are remembered; the tables are cleared when full.
 const SEGMENTS_MAX: usize = 4096;
+
+/// How far a sequential segment scan reads ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadAheadMode {
+    /// No read-ahead: each row group is fetched when the reader asks for it.
+    Off,
+    /// The next row groups of the segment being read, never another segment.
+    Segment,
+    /// As `Segment`, and at a segment's last row group the start of the scan's next one.
+    #[default]
+    Across,
+}
+
+impl ReadAheadMode {
+    fn code(self) -> u8 {
+        match self {
+            ReadAheadMode::Off => 0,
+            ReadAheadMode::Segment => 1,
+            ReadAheadMode::Across => 2,
+        }
+    }
+
+    fn from_code(c: u8) -> Self {
+        match c {
+            0 => ReadAheadMode::Off,
+            1 => ReadAheadMode::Segment,
+            _ => ReadAheadMode::Across,
+        }
+    }
+}
+
+impl std::str::FromStr for ReadAheadMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(ReadAheadMode::Off),
+            "segment" => Ok(ReadAheadMode::Segment),
+            "across" => Ok(ReadAheadMode::Across),
+            other => Err(format!(
+                "unknown read-ahead mode {other:?}; use off, segment or across"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for ReadAheadMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReadAheadMode::Off => "off",
+            ReadAheadMode::Segment => "segment",
+            ReadAheadMode::Across => "across",
+        })
+    }
+}
 
 /// Where every column chunk of a segment is: `chunks[row_group][column]`.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,9 +174,24 @@ pub struct ReadAhead {
     progress: Mutex<HashMap<String, Progress>>,
     /// The segment a scan reads after each one (the latest scan's order wins: a hint).
     next: Mutex<HashMap<String, NextSegment>>,
+    /// A [`ReadAheadMode`]'s code (0 is the default, `Across`, inverted: see `mode`).
+    mode: AtomicU8,
 }
 
 impl ReadAhead {
+    /// Sets how far scans read ahead from now on.
+    pub fn set_mode(&self, mode: ReadAheadMode) {
+        // Stored as 2 - code, so that the zeroed default is `Across`.
+        self.mode.store(
+            ReadAheadMode::Across.code() - mode.code(),
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn mode(&self) -> ReadAheadMode {
+        ReadAheadMode::from_code(ReadAheadMode::Across.code() - self.mode.load(Ordering::Relaxed))
+    }
+
     /// Records the order in which one scan partition reads `segments` (path, bytes).
     pub fn follow(&self, segments: &[(String, u64)]) {
         let mut next = self.next.lock();
@@ -176,6 +249,10 @@ impl ReadAhead {
         layout: &Layout,
         ranges: &[Range<u64>],
     ) -> (Vec<Range<u64>>, Option<Across>) {
+        let mode = self.mode();
+        if mode == ReadAheadMode::Off {
+            return (Vec::new(), None);
+        }
         let Some((rg, cols)) = layout.locate(ranges) else {
             return (Vec::new(), None);
         };
@@ -189,7 +266,7 @@ impl ReadAhead {
         if !sequential {
             return (Vec::new(), None);
         }
-        let across = (rg + 1 == layout.chunks.len())
+        let across = (rg + 1 == layout.chunks.len() && mode == ReadAheadMode::Across)
             .then(|| self.next.lock().get(path).cloned())
             .flatten()
             .map(|next| Across {
@@ -301,6 +378,36 @@ mod tests {
         for r in ra.plan("t", &l, &[rg(1, 1)]) {
             assert!(r.end <= end, "never past the last row group");
         }
+    }
+
+    #[test]
+    fn the_mode_keeps_read_ahead_within_a_segment_or_turns_it_off() {
+        let l = layout(4, 1 << 20);
+        let rg = |g: usize, c: usize| l.chunks[g][c].clone();
+        let ra = ReadAhead::default();
+        assert_eq!(ra.mode(), ReadAheadMode::Across);
+        ra.follow(&[("a".into(), 100), ("b".into(), 200)]);
+        ra.set_mode(ReadAheadMode::Off);
+        assert_eq!(ra.mode(), ReadAheadMode::Off);
+        for g in 0..4 {
+            assert_eq!(ra.plan_next("a", &l, &[rg(g, 0)]), (vec![], None));
+        }
+        ra.set_mode(ReadAheadMode::Segment);
+        assert_eq!(ra.plan_next("b", &l, &[rg(0, 0)]), (vec![], None));
+        assert_eq!(
+            ra.plan_next("b", &l, &[rg(1, 0)]),
+            (vec![rg(2, 0), rg(3, 0)], None)
+        );
+        ra.plan_next("b", &l, &[rg(2, 0)]);
+        // The last row group of "a" read in sequence: nothing across in this mode.
+        ra.plan_next("a", &l, &[rg(2, 1)]);
+        assert_eq!(ra.plan_next("a", &l, &[rg(3, 1)]).1, None);
+        ra.set_mode(ReadAheadMode::Across);
+        assert_eq!(ra.mode(), ReadAheadMode::Across);
+        for m in ["off", "segment", "across"] {
+            assert_eq!(m.parse::<ReadAheadMode>().unwrap().to_string(), m);
+        }
+        assert!("sideways".parse::<ReadAheadMode>().is_err());
     }
 
     #[test]

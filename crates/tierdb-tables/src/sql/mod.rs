@@ -77,6 +77,8 @@ pub struct EngineOptions {
     /// Worker processes (`tierdb worker`) to spread queries over; none: this process runs
     /// every query alone (see `distributed.rs`).
     pub workers: Vec<url::Url>,
+    /// How far segment scans read ahead (see `readahead.rs`).
+    pub read_ahead: crate::readahead::ReadAheadMode,
 }
 
 impl Default for EngineOptions {
@@ -89,6 +91,7 @@ impl Default for EngineOptions {
             semi_join_reduction: true,
             metadata_cache_bytes: 256 << 20,
             workers: Vec::new(),
+            read_ahead: Default::default(),
         }
     }
 }
@@ -168,6 +171,7 @@ impl datafusion::execution::context::QueryPlanner for LocalPlanner {
 
 impl SqlEngine {
     pub fn new(tables: Arc<Tables>, options: &EngineOptions) -> Result<Self> {
+        tables.df_store().set_read_ahead(options.read_ahead);
         let slot = Arc::new(TxSlot::default());
         let mut config = SessionConfig::new()
             .with_target_partitions(options.threads.max(1))
