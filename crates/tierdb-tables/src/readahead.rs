@@ -168,28 +168,35 @@ pub struct Across {
 }
 
 /// Read-ahead state of one process's segment reads.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReadAhead {
     layouts: Mutex<HashMap<String, Arc<Layout>>>,
     progress: Mutex<HashMap<String, Progress>>,
     /// The segment a scan reads after each one (the latest scan's order wins: a hint).
     next: Mutex<HashMap<String, NextSegment>>,
-    /// A [`ReadAheadMode`]'s code (0 is the default, `Across`, inverted: see `mode`).
+    /// The [`ReadAheadMode`], as its code (read on every segment read: no lock).
     mode: AtomicU8,
+}
+
+impl Default for ReadAhead {
+    fn default() -> Self {
+        ReadAhead {
+            layouts: Mutex::default(),
+            progress: Mutex::default(),
+            next: Mutex::default(),
+            mode: AtomicU8::new(ReadAheadMode::default().code()),
+        }
+    }
 }
 
 impl ReadAhead {
     /// Sets how far scans read ahead from now on.
     pub fn set_mode(&self, mode: ReadAheadMode) {
-        // Stored as 2 - code, so that the zeroed default is `Across`.
-        self.mode.store(
-            ReadAheadMode::Across.code() - mode.code(),
-            Ordering::Relaxed,
-        );
+        self.mode.store(mode.code(), Ordering::Relaxed);
     }
 
     pub fn mode(&self) -> ReadAheadMode {
-        ReadAheadMode::from_code(ReadAheadMode::Across.code() - self.mode.load(Ordering::Relaxed))
+        ReadAheadMode::from_code(self.mode.load(Ordering::Relaxed))
     }
 
     /// Records the order in which one scan partition reads `segments` (path, bytes).
