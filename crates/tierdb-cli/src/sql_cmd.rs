@@ -47,6 +47,10 @@ pub struct EngineArgs {
     /// DataFusion plans it, instead of only the groups the outer query can join.
     #[arg(long)]
     pub no_semi_join_reduction: bool,
+    /// Compute a subplan the query repeats (a CTE or view read twice) once per read, as
+    /// DataFusion plans it, instead of once for all its reads.
+    #[arg(long)]
+    pub no_shared_subplans: bool,
     /// DRAM for parsed Parquet footers and page indexes, kept across queries [default:
     /// 256MiB, at most 1/16 of --memory-limit].
     #[arg(long)]
@@ -118,6 +122,7 @@ impl EngineArgs {
             spill_dir: self.spill_dir.clone(),
             join_reorder: !self.no_join_reorder,
             semi_join_reduction: !self.no_semi_join_reduction,
+            share_subplans: !self.no_shared_subplans,
             metadata_cache_bytes: plan.metadata as usize,
             workers: self.workers.0.clone(),
             read_ahead: self.read_ahead,

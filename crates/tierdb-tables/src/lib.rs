@@ -60,6 +60,7 @@ pub mod schemas;
 pub mod segment;
 pub mod semijoin;
 pub mod setschema;
+pub mod shared;
 pub mod sleep;
 pub mod sql;
 pub mod tables;

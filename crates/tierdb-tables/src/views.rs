@@ -196,8 +196,11 @@ pub async fn expand(
     known: &crate::provider::TierSchema,
     stmt: &mut DfStatement,
 ) -> Result<()> {
-    let DfStatement::Statement(s) = stmt else {
-        return Ok(());
+    let s = match stmt {
+        DfStatement::Statement(s) => s,
+        // EXPLAIN plans the statement it names, views expanded as when it runs.
+        DfStatement::Explain(e) => return Box::pin(expand(tables, known, &mut e.statement)).await,
+        _ => return Ok(()),
     };
     let names = named_relations(s.as_mut());
     if !names.iter().any(|n| known.has_view(n)) {

@@ -9,5 +9,6 @@ mod isolation;
 mod rows_model;
 mod semijoin;
 mod session;
+mod shared;
 mod sql;
 mod tables_faults;

@@ -72,6 +72,9 @@ pub struct EngineOptions {
     /// Filter the input of a grouped aggregate joined on its group column by the keys the
     /// other side of the join can hold (see `semijoin.rs`).
     pub semi_join_reduction: bool,
+    /// Compute a subplan a query repeats (a CTE or view read twice) once and read its
+    /// rows again (see `shared.rs`). Never with workers.
+    pub share_subplans: bool,
     /// DRAM for parsed Parquet footers and page indexes, kept across queries.
     pub metadata_cache_bytes: usize,
     /// Worker processes (`tierdb worker`) to spread queries over; none: this process runs
@@ -89,6 +92,7 @@ impl Default for EngineOptions {
             spill_dir: None,
             join_reorder: true,
             semi_join_reduction: true,
+            share_subplans: true,
             metadata_cache_bytes: 256 << 20,
             workers: Vec::new(),
             read_ahead: Default::default(),
@@ -151,7 +155,8 @@ pub(crate) fn runtime_env(
         .build_arc()?)
 }
 
-/// DataFusion's own physical planner, with no distributed stages.
+/// DataFusion's own physical planner, with no distributed stages; repeated subplans are
+/// computed once where the session allows it (`shared.rs`).
 #[derive(Debug)]
 pub(crate) struct LocalPlanner;
 
@@ -163,9 +168,22 @@ impl datafusion::execution::context::QueryPlanner for LocalPlanner {
         state: &dyn datafusion::catalog::Session,
     ) -> datafusion::common::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
         use datafusion::physical_planner::PhysicalPlanner;
-        datafusion::physical_planner::DefaultPhysicalPlanner::default()
-            .create_physical_plan(plan, state)
-            .await
+        let share = state
+            .config()
+            .get_extension::<crate::shared::ShareSubplans>()
+            .is_some_and(|s| s.0);
+        let shared;
+        let plan = if share {
+            shared = crate::shared::share_repeated(plan.clone())?;
+            &shared
+        } else {
+            plan
+        };
+        datafusion::physical_planner::DefaultPhysicalPlanner::with_extension_planners(vec![
+            Arc::new(crate::shared::SharedPlanner::default()),
+        ])
+        .create_physical_plan(plan, state)
+        .await
     }
 }
 
@@ -182,7 +200,11 @@ impl SqlEngine {
             .with_repartition_joins(false)
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(CATALOG, SCHEMA)
-            .with_extension(slot.clone());
+            .with_extension(slot.clone())
+            // Plans sent to workers hold no SharedExec (they could not be encoded).
+            .with_extension(Arc::new(crate::shared::ShareSubplans(
+                options.share_subplans && options.workers.is_empty(),
+            )));
         // TIMESTAMPTZ and now() are instants in UTC (PostgreSQL's timestamptz); without a
         // zone DataFusion would make both zone-less timestamps.
         config.options_mut().execution.time_zone = Some(crate::catalog::UTC.into());
@@ -216,6 +238,7 @@ impl SqlEngine {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_query_planner(Arc::new(LocalPlanner))
             .with_analyzer_rules(interleave(analyzer, check() as _))
             .with_physical_optimizer_rules(interleave(
                 datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules,

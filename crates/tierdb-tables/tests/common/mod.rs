@@ -66,3 +66,35 @@ pub async fn engine(segment_rows: usize) -> (SqlEngine, Arc<InMemory>) {
     let capacity = Arc::new(InMemory::new());
     (engine_on(capacity.clone(), segment_rows).await, capacity)
 }
+
+/// Every result row as text, sorted: the queries' order is not what is compared.
+pub async fn sorted_rows(e: &SqlEngine, sql: &str) -> Vec<String> {
+    use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+    let opts = FormatOptions::default().with_null("NULL");
+    let mut out = Vec::new();
+    for r in e
+        .sql(sql)
+        .await
+        .unwrap_or_else(|err| panic!("{sql}: {err}"))
+    {
+        for b in &r.batches {
+            let fmts: Vec<_> = b
+                .columns()
+                .iter()
+                .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
+                .collect();
+            for row in 0..b.num_rows() {
+                let cells: Vec<String> = fmts.iter().map(|f| f.value(row).to_string()).collect();
+                out.push(cells.join("|"));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The plan EXPLAIN prints for `sql`, its lines sorted.
+pub async fn explain(e: &SqlEngine, sql: &str) -> String {
+    let rows = sorted_rows(e, &format!("EXPLAIN {sql}")).await;
+    rows.join("\n")
+}
