@@ -27,6 +27,22 @@ pub struct Int4Literals;
 
 impl AnalyzerRule for Int4Literals {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        // A recursive query's terms must keep the types they were planned with: its work
+        // table's columns have the anchor's types as planned (int8 for a literal), and a
+        // narrowed anchor or recursive term no longer matches them. Such a query keeps
+        // DataFusion's int8 literals.
+        let mut recursive = false;
+        plan.apply_with_subqueries(|n| {
+            recursive = matches!(n, LogicalPlan::RecursiveQuery(_));
+            Ok(if recursive {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })?;
+        if recursive {
+            return Ok(plan);
+        }
         plan.transform_up_with_subqueries(|node| {
             // VALUES rows are cast to their column types anyway (INSERT … VALUES).
             if matches!(node, LogicalPlan::Limit(_) | LogicalPlan::Values(_)) {
