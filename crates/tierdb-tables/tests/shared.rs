@@ -9,20 +9,7 @@
 
 use tierdb_tables::{EngineOptions, SqlEngine};
 
-use crate::common::{self, explain, sorted_rows};
-
-/// A deterministic generator (SplitMix64), so a failure names a seed that replays.
-struct Gen(u64);
-
-impl Gen {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
-}
+use crate::common::{self, Gen, explain, sorted_rows};
 
 /// Facts `f` (NULL groups, duplicate values so `max` ties) and a dimension `d` keyed by
 /// group, with groups on one side only.

@@ -98,3 +98,20 @@ pub async fn explain(e: &SqlEngine, sql: &str) -> String {
     let rows = sorted_rows(e, &format!("EXPLAIN {sql}")).await;
     rows.join("\n")
 }
+
+/// A deterministic generator (SplitMix64), so a failure names a seed that replays.
+pub struct Gen(pub u64);
+
+impl Gen {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
