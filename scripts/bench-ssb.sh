@@ -10,8 +10,9 @@
 #   raw throughput; GET requests and bytes from MinIO per query.
 # SF (default 10) and THREADS (default 2) set the size; data is generated once into
 # ~/.cache/tierdb/bench/ssb-sfSF. Output (tables, CSV, PNG) goes to $OUT (bench-results/).
-# SECTIONS (default "compare readpath") picks the parts to run. COLD_VARIANTS="tag=--flag=x …"
-# adds cold read-path runs with other flags beside the cold one (e.g.
+# SECTIONS (default "compare readpath") picks the parts to run; "import" runs the import
+# table alone (with the sorted load also by DataFusion's sort, --no-parallel-sort).
+# COLD_VARIANTS="tag=--flag=x …" adds cold read-path runs with other flags beside the cold one (e.g.
 # COLD_VARIANTS="blk64k=--block-bytes=64KiB": what the segment block size costs cold).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,10 @@ WORK=$(mktemp -d -t tierdb-ssb.XXXXXX)
 if [[ " $SECTIONS " == *" compare "* ]]; then
   "$PY" python/bench/ssb_compare.py --tierdb "$BIN" --sf "$SF" --data "$DATA" --work "$WORK" \
     --threads "$THREADS" --runs "$RUNS" --s3-url "$TIERDB_TEST_S3_URL" --out "$OUT" | tee "$OUT/ssb.txt"
+fi
+if [[ " $SECTIONS " == *" import "* ]]; then
+  "$PY" python/bench/ssb_compare.py --import-only --tierdb "$BIN" --sf "$SF" --data "$DATA" \
+    --work "$WORK" --threads "$THREADS" --out "$OUT" | tee "$OUT/ssb-import.txt"
 fi
 if [[ " $SECTIONS " == *" readpath "* ]]; then
   # DuckDB 1.5.5 in its own environment: its httpfs extension comes from pip and is loaded

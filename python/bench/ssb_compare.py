@@ -19,7 +19,8 @@ Steps (each prints what it measured):
      connection per query).
 
 Writes ssb.csv, ssb.json and ssb.png (per-query times) to --out. Exits 1 if an answer
-differs. --check-only: SF small, one run, answers only (CI).
+differs. --check-only: SF small, one run, answers only (CI). --import-only: step 2 alone, with
+the sorted load also run with DataFusion's sort and one-thread merge (--no-parallel-sort).
 """
 
 import argparse
@@ -28,6 +29,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -205,6 +207,9 @@ def main():
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--load-args", default="", help="extra arguments for `tierdb ssb load` "
                     "(e.g. '--segment-codec lz4 --row-group-rows 1048576')")
+    ap.add_argument("--import-only", action="store_true",
+                    help="print the import table (with the sorted load also by DataFusion's "
+                    "sort, --no-parallel-sort) and stop")
     ap.add_argument("--check-only", action="store_true",
                     help="generate, load, run once and compare answers; no further runs")
     a = ap.parse_args()
@@ -224,6 +229,13 @@ def main():
     sorted_db = str(Path(a.work) / "ssb-sorted")
     rows, imports["tierdb sorted (ssb load)"] = tierdb_load(a.tierdb, sorted_db, data, a.threads,
                                                            extra=load_args)
+    if a.import_only:
+        # The same load with DataFusion's per-partition sort and one-thread merge: what the
+        # parallel in-memory sort (parsort.rs) buys, in this invocation.
+        ab_db = str(Path(a.work) / "ssb-sorted-df")
+        _, imports["tierdb sorted, --no-parallel-sort"] = tierdb_load(
+            a.tierdb, ab_db, data, a.threads, extra=[*load_args, "--no-parallel-sort"])
+        shutil.rmtree(ab_db, ignore_errors=True)
     unsorted_db = str(Path(a.work) / "ssb-unsorted")
     if not a.check_only:
         _, imports["tierdb unsorted (ssb load --unsorted)"] = tierdb_load(
@@ -239,6 +251,8 @@ def main():
     for k, t in imports.items():
         print(f"{k:<40} {t:8.2f} {tbl_bytes / 1e6 / t:7.1f} {rows / t:11,.0f} {t / copy:7.2f}x")
     print(flush=True)
+    if a.import_only:
+        return
 
     results = {n: {} for n in names}
     answers = {}

@@ -51,6 +51,11 @@ pub struct EngineArgs {
     /// DataFusion plans it, instead of once for all its reads.
     #[arg(long)]
     pub no_shared_subplans: bool,
+    /// Sort the rows a write puts in a table's order (import, INSERT … SELECT, UPDATE) as
+    /// DataFusion plans it, a sort per input partition merged on one thread, instead of
+    /// in memory on every core.
+    #[arg(long)]
+    pub no_parallel_sort: bool,
     /// DRAM for parsed Parquet footers and page indexes, kept across queries [default:
     /// 256MiB, at most 1/16 of --memory-limit].
     #[arg(long)]
@@ -123,6 +128,7 @@ impl EngineArgs {
             join_reorder: !self.no_join_reorder,
             semi_join_reduction: !self.no_semi_join_reduction,
             share_subplans: !self.no_shared_subplans,
+            parallel_sort: !self.no_parallel_sort,
             metadata_cache_bytes: plan.metadata as usize,
             workers: self.workers.0.clone(),
             read_ahead: self.read_ahead,

@@ -50,6 +50,7 @@ pub mod origin;
 mod ownddl;
 pub mod paramdecl;
 pub mod parsefix;
+mod parsort;
 mod pgarith;
 pub mod pgtext;
 mod plancodes;

@@ -1,5 +1,5 @@
 //! The write path shared by bulk import and INSERT: sort by the table's ingest order
-//! (spilling to disk beyond the memory limit), cut into segments at the segment size and at
+//! (`parsort.rs`; spilling to disk beyond the memory limit), cut into segments at the segment size and at
 //! partition-key changes, upload, then one atomic catalog commit.
 
 use std::sync::Arc;
@@ -12,8 +12,6 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::col;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::sorts::sort::SortExec;
-use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use futures::StreamExt;
 use tokio::task::JoinSet;
 
@@ -25,9 +23,8 @@ use crate::tables::Tables;
 /// Uploads in flight at once while writing.
 const UPLOADS_IN_FLIGHT: usize = 4;
 
-/// `plan` sorted by the table's partition key then sort key: each input partition is sorted
-/// on its own (in parallel, spilling to the session's disk manager when the memory pool is
-/// exhausted) and the sorted runs are merged.
+/// `plan` sorted by the table's partition key then sort key, into one partition: on every
+/// core in memory, or, beyond the memory pool, by DataFusion's spilling sort (`parsort.rs`).
 pub fn sorted_plan(def: &TableDef, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let order = def.ingest_order();
     let schema = plan.schema();
@@ -44,10 +41,8 @@ pub fn sorted_plan(def: &TableDef, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<d
     let Some(ordering) = LexOrdering::new(exprs) else {
         return Ok(plan);
     };
-    let sort = SortExec::new(ordering.clone(), plan).with_preserve_partitioning(true);
-    Ok(Arc::new(SortPreservingMergeExec::new(
-        ordering,
-        Arc::new(sort),
+    Ok(Arc::new(crate::parsort::ParallelSortExec::new(
+        ordering, plan,
     )))
 }
 

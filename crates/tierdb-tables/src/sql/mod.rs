@@ -75,6 +75,9 @@ pub struct EngineOptions {
     /// Compute a subplan a query repeats (a CTE or view read twice) once and read its
     /// rows again (see `shared.rs`). Never with workers.
     pub share_subplans: bool,
+    /// Sort the rows a write puts in a table's order in memory on every core while they
+    /// fit the memory pool (see `parsort.rs`); off: DataFusion's sort and merge.
+    pub parallel_sort: bool,
     /// DRAM for parsed Parquet footers and page indexes, kept across queries.
     pub metadata_cache_bytes: usize,
     /// Worker processes (`tierdb worker`) to spread queries over; none: this process runs
@@ -93,6 +96,7 @@ impl Default for EngineOptions {
             join_reorder: true,
             semi_join_reduction: true,
             share_subplans: true,
+            parallel_sort: true,
             metadata_cache_bytes: 256 << 20,
             workers: Vec::new(),
             read_ahead: Default::default(),
@@ -204,6 +208,9 @@ impl SqlEngine {
             // Plans sent to workers hold no SharedExec (they could not be encoded).
             .with_extension(Arc::new(crate::shared::ShareSubplans(
                 options.share_subplans && options.workers.is_empty(),
+            )))
+            .with_extension(Arc::new(crate::parsort::ParallelSort(
+                options.parallel_sort,
             )));
         // TIMESTAMPTZ and now() are instants in UTC (PostgreSQL's timestamptz); without a
         // zone DataFusion would make both zone-less timestamps.
