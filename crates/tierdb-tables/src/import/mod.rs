@@ -4,10 +4,10 @@
 //! One reader thread splits records (quotes and escapes handled by the `csv` crate) into
 //! reused record buffers and hands chunks of them to parser threads, which build Arrow
 //! batches, each parser feeding its own input partition; rows that do not parse go to the
-//! reject file with their file, line and reason. The partitions are sorted at once by the
-//! table's ingest order (DataFusion's sort, spilling to disk beyond the memory limit) and
-//! merged, cut into segments, encoded on every core and uploaded; the segments are committed in one KV batch at
-//! the end. More rejects than `max_rejects`, or any other error, aborts the import: the
+//! reject file with their file, line and reason. The partitions are sorted together by the
+//! table's ingest order on every core (`parsort.rs`; DataFusion's spilling sort beyond the
+//! memory limit), cut into segments, encoded on every core and uploaded; the segments are
+//! committed in one KV batch at the end. More rejects than `max_rejects`, or any other error, aborts the import: the
 //! uploaded segments are deleted and nothing is committed.
 
 use std::fs::File;
@@ -311,8 +311,8 @@ pub(crate) fn start_reading(
         options.max_rejects,
         progress.clone(),
     ));
-    // One input partition per parser thread: the sort runs on every partition at once
-    // (DataFusion drives each on its own task under a multi-threaded runtime), then merges.
+    // One input partition per parser thread: the sort reads every partition at once (a
+    // task each under a multi-threaded runtime; `parsort.rs`).
     let partitions = options.threads.max(1);
     let mut senders = Vec::with_capacity(partitions);
     let mut inputs: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(partitions);
