@@ -40,6 +40,8 @@ pub struct SsbBenchConfig {
     /// The peer that shows what tierdb's own layers cost.
     pub plain_datafusion: bool,
     pub extent_elimination: bool,
+    /// Scans tell the planner their row counts and column ranges (`ScanOptions`).
+    pub scan_statistics: bool,
     /// Only these queries (names like `Q1.1`); all when empty.
     pub queries: Vec<String>,
     /// The queries to run, as (name, SQL) pairs: SSB's 13 when empty.
@@ -104,6 +106,7 @@ pub async fn run(config: &SsbBenchConfig) -> Result<SsbReport> {
     }
     let scan = ScanOptions {
         extent_elimination: config.extent_elimination,
+        scan_statistics: config.scan_statistics,
     };
     let mut report = SsbReport::default();
     if config.plain_datafusion {

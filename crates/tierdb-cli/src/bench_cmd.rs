@@ -231,6 +231,10 @@ pub struct BenchSsbArgs {
     /// Skip segments with the extent map (on by default; off to measure what it saves).
     #[arg(long)]
     pub no_extent_elimination: bool,
+    /// Plan without the scans' row counts and column ranges (on by default: they pick each
+    /// hash join's build side; off to measure what they buy).
+    #[arg(long)]
+    pub no_scan_statistics: bool,
     /// Only these queries (e.g. Q1.1,Q2.1).
     #[arg(long, value_delimiter = ',')]
     pub queries: Vec<String>,
@@ -293,6 +297,7 @@ pub async fn run_bench_ssb(args: BenchSsbArgs, sql: Vec<(String, String)>) -> Cl
         direct_files: args.direct_files,
         plain_datafusion: args.plain_datafusion,
         extent_elimination: !args.no_extent_elimination,
+        scan_statistics: !args.no_scan_statistics,
         queries: args.queries.clone(),
         sql,
         settings: args.settings.clone(),

@@ -18,7 +18,12 @@ pub fn wblog(data: &[u8]) {
     if std::fs::write(crate::wblog::recovery::segment_path(&dir, 1), data).is_ok() {
         drop(crate::wblog::recovery::replay(&dir));
         drop(crate::wblog::recovery::dirty_bytes(&dir));
-        drop(crate::wblog::recovery::salvage(&dir));
+        if let Ok(report) = crate::wblog::recovery::salvage(&dir) {
+            // Salvage moves damaged originals to a sibling directory: remove it too.
+            if let Some(aside) = report.damaged_dir {
+                let _ = std::fs::remove_dir_all(aside);
+            }
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
