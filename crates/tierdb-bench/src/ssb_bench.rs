@@ -186,15 +186,10 @@ async fn run_plain(config: &SsbBenchConfig, selected: &[(&str, &str)]) -> Result
     let db = Database::open(&config.db, &config.open)
         .await
         .map_err(engine_error)?;
-    let made = plain_context(&db, &root, config.engine.threads).await;
+    let made = plain_context(&db, &root, config.engine.threads, &config.settings).await;
     let closed = db.close().await;
     let ctx = made?;
     closed.map_err(engine_error)?;
-    for set in &config.settings {
-        ctx.sql(&set_statement(set))
-            .await
-            .map_err(|e| BenchError::input(format!("--set {set}: {e}")))?;
-    }
     let mut report = SsbReport::default();
     for (name, sql) in selected {
         let runs = if config.once { 1 } else { config.runs.max(1) };
@@ -217,12 +212,15 @@ async fn run_plain(config: &SsbBenchConfig, selected: &[(&str, &str)]) -> Result
     Ok(report)
 }
 
-/// A DataFusion context with its defaults, every table of `db` registered as a listing
-/// table over its committed segment files under `root`.
+/// A DataFusion context with its defaults and `settings` (`--set`), every table of `db`
+/// registered as a listing table over its committed segment files under `root`. The
+/// settings come first: some decide how a table's schema is inferred (e.g.
+/// `datafusion.execution.parquet.schema_force_view_types`: strings as `Utf8View`).
 async fn plain_context(
     db: &Database,
     root: &Path,
     threads: usize,
+    settings: &[String],
 ) -> Result<datafusion::prelude::SessionContext> {
     use datafusion::datasource::file_format::parquet::ParquetFormat;
     use datafusion::datasource::listing::{
@@ -233,6 +231,11 @@ async fn plain_context(
     let ctx = datafusion::prelude::SessionContext::new_with_config(
         datafusion::prelude::SessionConfig::new().with_target_partitions(threads.max(1)),
     );
+    for set in settings {
+        ctx.sql(&set_statement(set))
+            .await
+            .map_err(|e| BenchError::input(format!("--set {set}: {e}")))?;
+    }
     let tables = db.tables();
     let state = ctx.state();
     for def in tables.tables().await.map_err(|e| engine_error(e.into()))? {
@@ -248,7 +251,11 @@ async fn plain_context(
             let file = root.join(&seg.path);
             urls.push(ListingTableUrl::parse(file.to_string_lossy()).map_err(df)?);
         }
-        let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+        // The session's Parquet settings (`--set datafusion.execution.parquet.…`), which the
+        // table options copied when the context was made.
+        let mut parquet = state.table_options().parquet.clone();
+        parquet.global = state.config_options().execution.parquet.clone();
+        let format = ParquetFormat::default().with_options(parquet);
         let options = ListingOptions::new(Arc::new(format)).with_file_extension(".parquet");
         let listing = ListingTableConfig::new_with_multi_paths(urls)
             .with_listing_options(options)
