@@ -6,6 +6,7 @@ mod ddl_rollback;
 mod fastdml;
 mod fuzz_corpus;
 mod isolation;
+mod joins;
 mod rows_model;
 mod semijoin;
 mod session;

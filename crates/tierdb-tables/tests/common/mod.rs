@@ -115,3 +115,29 @@ impl Gen {
         self.next() % n
     }
 }
+
+/// Every result as text, rows in order.
+pub async fn rows(e: &SqlEngine, sql: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for r in e.sql(sql).await.unwrap() {
+        out.extend(to_text(&r.batches));
+    }
+    out
+}
+
+pub fn to_text(batches: &[datafusion::arrow::array::RecordBatch]) -> Vec<Vec<String>> {
+    use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+    let opts = FormatOptions::default().with_null("NULL");
+    let mut out = Vec::new();
+    for b in batches {
+        let fmts: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
+            .collect();
+        for row in 0..b.num_rows() {
+            out.push(fmts.iter().map(|f| f.value(row).to_string()).collect());
+        }
+    }
+    out
+}
