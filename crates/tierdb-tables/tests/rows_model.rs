@@ -16,7 +16,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use proptest::prelude::*;
@@ -145,19 +144,9 @@ async fn reopen(faulty: &FaultStore, store: &TieredStore, old: Open) -> Open {
 
 async fn query(s: &SqlSession, sql: &str) -> Result<Vec<Vec<String>>, String> {
     let results = s.sql(sql).await.map_err(|e| e.sqlstate().to_string())?;
-    let opts = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
     for r in results {
-        for b in &r.batches {
-            let fmts: Vec<_> = b
-                .columns()
-                .iter()
-                .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
-                .collect();
-            for row in 0..b.num_rows() {
-                out.push(fmts.iter().map(|f| f.value(row).to_string()).collect());
-            }
-        }
+        out.extend(crate::common::to_text(&r.batches));
     }
     Ok(out)
 }

@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use proptest::prelude::*;
@@ -128,19 +127,9 @@ async fn reopen(faulty: &FaultStore, store: &TieredStore, old: Open) -> Open {
 /// The rows of a query as text, or the error.
 async fn query(e: &SqlEngine, sql: &str) -> Result<Vec<Vec<String>>, String> {
     let results = e.sql(sql).await.map_err(|e| e.to_string())?;
-    let opts = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
     for r in results {
-        for b in &r.batches {
-            let fmts: Vec<_> = b
-                .columns()
-                .iter()
-                .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
-                .collect();
-            for row in 0..b.num_rows() {
-                out.push(fmts.iter().map(|f| f.value(row).to_string()).collect());
-            }
-        }
+        out.extend(crate::common::to_text(&r.batches));
     }
     Ok(out)
 }

@@ -69,25 +69,13 @@ pub async fn engine(segment_rows: usize) -> (SqlEngine, Arc<InMemory>) {
 
 /// Every result row as text, sorted: the queries' order is not what is compared.
 pub async fn sorted_rows(e: &SqlEngine, sql: &str) -> Vec<String> {
-    use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-    let opts = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
     for r in e
         .sql(sql)
         .await
         .unwrap_or_else(|err| panic!("{sql}: {err}"))
     {
-        for b in &r.batches {
-            let fmts: Vec<_> = b
-                .columns()
-                .iter()
-                .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
-                .collect();
-            for row in 0..b.num_rows() {
-                let cells: Vec<String> = fmts.iter().map(|f| f.value(row).to_string()).collect();
-                out.push(cells.join("|"));
-            }
-        }
+        out.extend(to_text(&r.batches).into_iter().map(|cells| cells.join("|")));
     }
     out.sort();
     out
