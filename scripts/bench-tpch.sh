@@ -7,7 +7,9 @@
 # SF (default 1; "1 10" runs both) and THREADS (default 2) set the size; data is generated
 # once into ~/.cache/tierdb/bench/tpch-sfSF. Output (tables, CSV, JSON, PNG) goes to $OUT
 # (bench-results/). VARIANTS="tag=--flag …" adds warm tierdb columns run with other flags
-# (e.g. VARIANTS="no_reduce=--no-semi-join-reduction": what that rule buys).
+# (e.g. VARIANTS="no_reduce=--no-semi-join-reduction": what that rule buys). PROFILE=1
+# then profiles every query of tierdb's run (python/bench/profile_queries.py, needs perf):
+# where each query's time goes, as a table, JSON and PNG in $OUT/tpch-sfSF-profile/.
 # Out of CI: test_tpch.py checks the answers at SF 0.01 there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,10 @@ if [ ! -x "$DUCK_ENV/bin/python" ]; then python3 -m venv "$DUCK_ENV"; fi
   duckdb==1.5.5 duckdb-extension-tpch==1.5.5 duckdb-extension-httpfs==1.5.5 tpchgen-cli matplotlib
 EXT=$("$DUCK_ENV/bin/python" -c "import duckdb_extension_tpch as m, pathlib; print(next(pathlib.Path(m.__file__).parent.rglob('tpch.duckdb_extension')))")
 cargo build --release -q -p tierdb-cli
+if [ "${PROFILE:-0}" = 1 ] && ! command -v perf >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q linux-perf >/dev/null \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q linux-perf >/dev/null; }
+fi
 BIN=$CARGO_TARGET_DIR/release/tierdb
 
 source scripts/minio.sh
@@ -40,5 +46,9 @@ for SF in $SFS; do
   "$DUCK_ENV/bin/python" python/bench/tpch.py --tierdb "$BIN" --sf "$SF" "${VARIANT_ARGS[@]}" \
     --data "$HOME/.cache/tierdb/bench/tpch-sf$SF" --work "$WORK" --threads "$THREADS" --runs "$RUNS" \
     --s3-url "$TIERDB_TEST_S3_URL" "${SPEC[@]}" --out "$OUT/tpch-sf$SF" | tee "$OUT/tpch-sf$SF.txt"
+  if [ "${PROFILE:-0}" = 1 ]; then
+    "$DUCK_ENV/bin/python" python/bench/profile_queries.py --tierdb "$BIN" --db "$WORK/tierdb" \
+      --queries python/bench/tpch_queries --threads "$THREADS" --out "$OUT/tpch-sf$SF-profile"
+  fi
   rm -rf "$WORK"
 done

@@ -10,8 +10,9 @@ futex waits count as "runtime" only when they are the sample's own work. Two cro
 shares are printed beside the split: samples whose leaf is an allocator or a page fault
 ("alloc"), and whose leaf is memcpy/memmove/memset ("copy").
 
-Prints one table (percent of each query's samples per category) and the top leaf symbols of
-each query; writes profile.json (all figures) and profile.png (stacked bars) to --out.
+Prints one table (percent of each query's samples per group of categories) and the top leaf
+symbols of each query; writes profile.txt, profile.json (every category) and profile.png
+(stacked bars, seconds split by category) to --out. --rerender re-prints a profile.json.
 
   python/bench/profile_queries.py --tierdb target/release/tierdb --db DB \
       --queries python/bench/tpch_queries --only q01,q06 --threads 2 --runs 4 --out DIR
@@ -165,17 +166,34 @@ def bench_seconds(csv_path):
     return float(rows[0]["seconds"]) if rows else float("nan")
 
 
+# Columns of the printed table: (heading, categories summed into it). JSON keeps each one.
+GROUPS = [
+    ("decomp", ["decompress"]),
+    ("parquet", ["parquet decode"]),
+    ("store", ["tierdb store", "checksum", "tierdb tables"]),
+    ("filter", ["filter/compare", "strings/LIKE"]),
+    ("arith", ["arithmetic", "cast"]),
+    ("join", ["hash join", "other joins"]),
+    ("agg", ["aggregation", "hashing"]),
+    ("sort", ["sort/top-k"]),
+    ("gather", ["gather (take/concat)", "repartition"]),
+    ("plan", ["planning"]),
+    ("rest", ["runtime", "kernel", "other"]),
+]
+
+
 def render(results):
-    names = [c for c, _ in CATEGORIES] + ["runtime", "kernel", "other"]
-    used = [c for c in names if any(r["categories"].get(c, 0) >= 1.0 for r in results.values())]
-    abbrev = {c: c.split("/")[0].split(" (")[0][:10] for c in used}
-    head = f"{'query':<6} {'seconds':>8} " + " ".join(f"{abbrev[c]:>10}" for c in used)
+    head = f"{'query':<6} {'seconds':>8} " + " ".join(f"{g:>7}" for g, _ in GROUPS)
     head += f" {'alloc':>6} {'copy':>6}"
-    lines = ["percent of each query's CPU samples by the work its stack names; alloc, copy: "
-             "samples whose leaf is the allocator/page faults or memcpy/memmove (cross-cutting)",
+    lines = ["percent of each query's CPU samples (measured runs) by the work its stack names; "
+             "alloc, copy: samples whose leaf is the allocator or a page fault, memcpy/memmove "
+             "(counted in the columns too)",
+             "store: tierdb's store, checksums and table code; filter: comparisons, LIKE, "
+             "selection; agg: aggregation and hashing; gather: take/concat/repartition; "
+             "rest: runtime, kernel, unattributed",
              head]
     for q, r in results.items():
-        cells = " ".join(f"{r['categories'].get(c, 0.0):>10.1f}" for c in used)
+        cells = " ".join(f"{sum(r['categories'].get(c, 0.0) for c in cats):>7.1f}" for _, cats in GROUPS)
         lines.append(f"{q:<6} {r['seconds']:>8.3f} {cells} {r['alloc']:>6.1f} {r['copy']:>6.1f}")
     lines.append("")
     lines.append("top leaf symbols (self time, percent of samples)")
@@ -221,8 +239,13 @@ def main():
     ap.add_argument("--freq", type=int, default=400, help="samples per second per thread")
     ap.add_argument("--out", required=True)
     ap.add_argument("--extra", default="", help="more `tierdb bench queries` flags, space-separated")
+    ap.add_argument("--rerender", action="store_true", help="print --out's profile.json again")
     a = ap.parse_args()
     out = Path(a.out)
+    if a.rerender:
+        results = json.loads((out / "profile.json").read_text())
+        print(render(results))
+        return
     out.mkdir(parents=True, exist_ok=True)
     only = {q for q in a.only.split(",") if q}
     files = sorted(p for p in Path(a.queries).glob("*.sql") if not only or p.stem in only)

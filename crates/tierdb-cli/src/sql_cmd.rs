@@ -60,8 +60,9 @@ pub struct EngineArgs {
     /// 256MiB, at most 1/16 of --memory-limit].
     #[arg(long)]
     pub metadata_cache: Option<ByteSize>,
-    /// Compression of the segments this process writes: none, snappy, lz4, zstd or
-    /// zstd:LEVEL (default: the measured choice, see docs/benchmarks.md).
+    /// Compression of the segments this process writes: auto (the default: LZ4 only for
+    /// columns a dictionary or delta encoding leaves dense, see docs/benchmarks.md "Column
+    /// layout"), or one codec for every column: none, snappy, lz4, zstd or zstd:LEVEL.
     #[arg(long)]
     pub segment_codec: Option<SegmentCodec>,
     /// Rows per Parquet row group in the segments this process writes.

@@ -4,6 +4,7 @@
 //! - [`catalog`]: schemas, tables, segments and the extent map (per segment and column:
 //!   min, max, null count), kept in the KV engine and changed atomically.
 //! - [`segment`]: segments are plain Parquet files with page indexes.
+//! - [`segment_layout`]: each column's encoding and codec, chosen per segment.
 //! - [`write`]: the shared write path: sort on ingest (spilling), cut, upload, commit.
 //! - [`provider`]: DataFusion's view: extent elimination before any file is opened.
 //! - [`readahead`]: fetching the next row groups of a sequential segment scan.
@@ -59,6 +60,7 @@ pub mod readahead;
 pub mod rows;
 pub mod schemas;
 pub mod segment;
+pub mod segment_layout;
 pub mod semijoin;
 pub mod setschema;
 pub mod shared;

@@ -5,23 +5,26 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
 use datafusion::logical_expr::Accumulator;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::metadata::SortingColumn;
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
-use datafusion::parquet::schema::types::ColumnPath;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::catalog::{ColumnStats, SegmentMeta, StatValue, TableDef};
 use crate::error::{Result, TableError};
+use crate::segment_layout;
 
 /// The compression of a segment's column chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SegmentCodec {
+    /// LZ4 only where it saves space: the columns a dictionary or delta encoding leaves
+    /// dense are stored uncompressed (see `segment_layout`; the default).
+    Auto,
     /// No compression.
     None,
     Snappy,
@@ -34,9 +37,9 @@ pub enum SegmentCodec {
 impl SegmentCodec {
     fn parquet(self) -> Result<Compression> {
         Ok(match self {
+            SegmentCodec::Auto | SegmentCodec::Lz4 => Compression::LZ4_RAW,
             SegmentCodec::None => Compression::UNCOMPRESSED,
             SegmentCodec::Snappy => Compression::SNAPPY,
-            SegmentCodec::Lz4 => Compression::LZ4_RAW,
             SegmentCodec::Zstd(level) => Compression::ZSTD(ZstdLevel::try_new(level)?),
         })
     }
@@ -45,10 +48,11 @@ impl SegmentCodec {
 impl std::str::FromStr for SegmentCodec {
     type Err = String;
 
-    /// `none`, `snappy`, `lz4`, `zstd` (level 1) or `zstd:LEVEL`.
+    /// `auto`, `none`, `snappy`, `lz4`, `zstd` (level 1) or `zstd:LEVEL`.
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         let lower = s.to_ascii_lowercase();
         match lower.as_str() {
+            "auto" => Ok(SegmentCodec::Auto),
             "none" | "uncompressed" => Ok(SegmentCodec::None),
             "snappy" => Ok(SegmentCodec::Snappy),
             "lz4" => Ok(SegmentCodec::Lz4),
@@ -56,7 +60,8 @@ impl std::str::FromStr for SegmentCodec {
             _ => match lower.strip_prefix("zstd:").map(str::parse::<i32>) {
                 Some(Ok(level)) if (1..=22).contains(&level) => Ok(SegmentCodec::Zstd(level)),
                 _ => Err(format!(
-                    "{s:?} is not a segment codec: use none, snappy, lz4, zstd or zstd:LEVEL \
+                    "{s:?} is not a segment codec: use auto, none, snappy, lz4, zstd or \
+                     zstd:LEVEL \
                      (1-22)"
                 )),
             },
@@ -67,6 +72,7 @@ impl std::str::FromStr for SegmentCodec {
 impl std::fmt::Display for SegmentCodec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            SegmentCodec::Auto => f.write_str("auto"),
             SegmentCodec::None => f.write_str("none"),
             SegmentCodec::Snappy => f.write_str("snappy"),
             SegmentCodec::Lz4 => f.write_str("lz4"),
@@ -93,16 +99,10 @@ impl Default for SegmentOptions {
         SegmentOptions {
             segment_rows: 1 << 21,
             row_group_rows: 1 << 20,
-            codec: SegmentCodec::Lz4,
+            codec: SegmentCodec::Auto,
         }
     }
 }
-
-/// Integer columns whose values span at most this range are dictionary encoded (a few bits
-/// per value, runs where sorted); wider ones are written plain: a dictionary of many
-/// distinct values costs the writer a hash lookup per value and the reader a gather per
-/// value for no space saved (measured, docs/benchmarks.md "Segment encoding").
-pub const DICTIONARY_INT_RANGE: i64 = 1 << 16;
 
 /// Encodes one segment's rows (in order) as a Parquet file; returns its bytes and the
 /// column statistics for the extent map (in schema order), computed from the rows.
@@ -113,6 +113,7 @@ pub fn encode_segment(
     batches: &[RecordBatch],
 ) -> Result<(Vec<u8>, Vec<ColumnStats>)> {
     let mut stats = Vec::with_capacity(schema.fields().len());
+    let mut layouts = Vec::with_capacity(schema.fields().len());
     for (i, f) in schema.fields().iter().enumerate() {
         let mut min = MinAccumulator::try_new(f.data_type())?;
         let mut max = MaxAccumulator::try_new(f.data_type())?;
@@ -123,9 +124,17 @@ pub fn encode_segment(
             max.update_batch(std::slice::from_ref(col))?;
             nulls += col.null_count() as u64;
         }
+        let (min, max) = (min.evaluate()?, max.evaluate()?);
+        layouts.push(segment_layout::choose(
+            f.data_type(),
+            &min,
+            &max,
+            batches,
+            i,
+        ));
         stats.push(ColumnStats {
-            min: StatValue::from_scalar(&min.evaluate()?),
-            max: StatValue::from_scalar(&max.evaluate()?),
+            min: StatValue::from_scalar(&min),
+            max: StatValue::from_scalar(&max),
             nulls,
         });
     }
@@ -145,19 +154,8 @@ pub fn encode_segment(
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_sorting_columns((!sorting.is_empty()).then_some(sorting))
         .set_created_by(format!("tierdb {}", env!("CARGO_PKG_VERSION")));
-    for (f, st) in schema.fields().iter().zip(&stats) {
-        if !f.data_type().is_integer() && !matches!(f.data_type(), DataType::Date32) {
-            continue;
-        }
-        let narrow = match (&st.min, &st.max) {
-            (Some(StatValue::Int(lo)), Some(StatValue::Int(hi))) => {
-                hi.saturating_sub(*lo) < DICTIONARY_INT_RANGE
-            }
-            _ => true,
-        };
-        if !narrow {
-            props = props.set_column_dictionary_enabled(ColumnPath::from(f.name().as_str()), false);
-        }
+    for (f, layout) in schema.fields().iter().zip(&layouts) {
+        props = segment_layout::apply(props, f.name(), *layout, options.codec);
     }
     let mut writer = ArrowWriter::try_new(Vec::new(), schema, Some(props.build()))?;
     for b in batches {
@@ -211,13 +209,14 @@ mod tests {
 
     use super::*;
     use datafusion::arrow::array::Int32Array;
-    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::parquet::basic::Encoding;
     use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
 
     #[test]
     fn codecs_parse_and_print() {
         for (text, codec) in [
+            ("auto", SegmentCodec::Auto),
             ("none", SegmentCodec::None),
             ("snappy", SegmentCodec::Snappy),
             ("LZ4", SegmentCodec::Lz4),
@@ -229,7 +228,7 @@ mod tests {
         assert_eq!(SegmentCodec::Zstd(3).to_string(), "zstd:3");
         for bad in ["gzip", "zstd:0", "zstd:23", "zstd:x"] {
             let e = bad.parse::<SegmentCodec>().unwrap_err();
-            assert!(e.contains("use none, snappy, lz4, zstd"), "{e}");
+            assert!(e.contains("use auto, none, snappy, lz4, zstd"), "{e}");
         }
     }
 
@@ -296,6 +295,19 @@ mod tests {
             "wide column: {:?}",
             rg.column(1).encodings().collect::<Vec<_>>()
         );
+        // The default codec `auto`: delta for the wide column, neither compressed.
+        assert!(
+            rg.column(1)
+                .encodings()
+                .any(|e| e == Encoding::DELTA_BINARY_PACKED)
+        );
+        for i in 0..2 {
+            assert_eq!(
+                rg.column(i).compression(),
+                Compression::UNCOMPRESSED,
+                "column {i}"
+            );
+        }
         let back: Vec<RecordBatch> =
             datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
                 bytes::Bytes::from(bytes),
@@ -305,5 +317,83 @@ mod tests {
             .collect::<std::result::Result<_, _>>()
             .unwrap();
         assert_eq!(back, vec![batch]);
+    }
+
+    /// Under `auto`, text with few distinct values is a dictionary left uncompressed, text
+    /// with many is plain and LZ4; a named codec compresses every column. Either way the
+    /// rows (nulls included) read back unchanged.
+    #[test]
+    fn auto_compresses_only_plain_text_and_a_named_codec_everything() {
+        use datafusion::arrow::array::StringArray;
+        let column = |name: &str| crate::catalog::ColumnDef {
+            name: name.into(),
+            ty: crate::catalog::ColumnType::Utf8,
+            nullable: true,
+        };
+        let def = TableDef {
+            id: 1,
+            name: "t".into(),
+            columns: vec![column("mode"), column("comment")],
+            sort_key: Vec::new(),
+            partition_key: None,
+            created_ms: 0,
+            dropped: Vec::new(),
+            primary_key: Vec::new(),
+            defaults: Vec::new(),
+            indexes: Vec::new(),
+            comments: Default::default(),
+            missing: Vec::new(),
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("mode", DataType::Utf8, true),
+            Field::new("comment", DataType::Utf8, true),
+        ]));
+        let modes = ["AIR", "MAIL", "SHIP", "TRUCK"];
+        let mode: Vec<Option<&str>> = (0..50_000)
+            .map(|i| (i % 11 != 0).then_some(modes[i % 4]))
+            .collect();
+        let comment: Vec<Option<String>> = (0..50_000)
+            .map(|i| (i % 13 != 0).then(|| format!("{i} carefully final deposits {}", i * 7)))
+            .collect();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(mode)),
+                Arc::new(StringArray::from(comment)),
+            ],
+        )
+        .unwrap();
+        for (codec, want) in [
+            (
+                SegmentCodec::Auto,
+                [Compression::UNCOMPRESSED, Compression::LZ4_RAW],
+            ),
+            (
+                SegmentCodec::Snappy,
+                [Compression::SNAPPY, Compression::SNAPPY],
+            ),
+        ] {
+            let options = SegmentOptions {
+                codec,
+                ..SegmentOptions::default()
+            };
+            let (bytes, _) =
+                encode_segment(&def, schema.clone(), &options, std::slice::from_ref(&batch))
+                    .unwrap();
+            let reader = SerializedFileReader::new(bytes::Bytes::from(bytes.clone())).unwrap();
+            let rg = reader.metadata().row_group(0);
+            for (i, w) in want.iter().enumerate() {
+                assert_eq!(rg.column(i).compression(), *w, "{codec}, column {i}");
+            }
+            let back: Vec<RecordBatch> =
+                datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
+                    bytes::Bytes::from(bytes),
+                    1 << 20,
+                )
+                .unwrap()
+                .collect::<std::result::Result<_, _>>()
+                .unwrap();
+            assert_eq!(back, vec![batch.clone()], "{codec}");
+        }
     }
 }
