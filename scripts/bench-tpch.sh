@@ -2,7 +2,8 @@
 # TPC-H (issue 29), release build, MinIO started here: tierdb beside DuckDB 1.5.5 and plain
 # DataFusion on the same tpchgen-cli data in one run, with the same thread count
 # (python/bench/tpch.py): import time against DuckDB's COPY, the 22 queries warm (best of
-# RUNS), tierdb cold from MinIO, every answer checked against DuckDB's and, on DuckDB's own
+# RUNS), tierdb cold from MinIO beside DuckDB + httpfs cold over the same segment files,
+# every answer checked against DuckDB's and, on DuckDB's own
 # dbgen data, against the tpch extension's tpch_answers() (SF 0.01, 0.1 and 1 only).
 # SF (default 1; "1 10" runs both) and THREADS (default 2) set the size; data is generated
 # once into ~/.cache/tierdb/bench/tpch-sfSF. Output (tables, CSV, JSON, PNG) goes to $OUT

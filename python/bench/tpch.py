@@ -13,7 +13,9 @@ Steps (each prints what it measured):
      answer is checked against DuckDB's; with --duckdb-tpch (SF 0.01, 0.1 or 1) tierdb also
      answers on DuckDB's own dbgen data, checked against the extension's `tpch_answers()`;
   4. with --s3-url (e.g. MinIO): tierdb cold from object storage (empty DRAM tier, no device
-     tier, a fresh open per query).
+     tier, a fresh open per query), and DuckDB + httpfs reading the same segment files from
+     the object store, a fresh DuckDB per query (`duckdb_cold.py`; needs
+     duckdb-extension-httpfs, loaded by path).
 
 Writes tpch.csv, tpch.json and tpch.png to --out and exits 1 if an answer differs.
 The module's functions are shared with python/tests/test_tpch.py (CI: SF 0.01, answers
@@ -245,6 +247,41 @@ def tierdb_bench(tierdb, db, threads, runs, out, tag, extra=()):
     return ({k: float(r["seconds"]) for k, r in figures.items()}, bench_answers(ans_path), figures)
 
 
+# Each TPC-H table by its columns' prefix (the first column of a segment names the table).
+PREFIX_TABLE = {"r": "region", "n": "nation", "s": "supplier", "c": "customer", "p": "part",
+                "ps": "partsupp", "o": "orders", "l": "lineitem"}
+
+
+def duckdb_cold(cold_db, threads, qs):
+    """DuckDB + httpfs reading the cold database's segment files straight from the object
+    store, each query in a fresh in-memory DuckDB (`duckdb_cold.py`, its own process):
+    ({name: seconds}, {name: rows}). The files are found by listing the database's
+    `tables/*/*.parquet` and naming each file's table by its first column."""
+    import subprocess
+    import duckdb_cold as dc
+    endpoint = os.environ["AWS_ENDPOINT_URL"].split("://", 1)[1]
+    job = {"endpoint": endpoint, "key": os.environ["AWS_ACCESS_KEY_ID"],
+           "secret": os.environ["AWS_SECRET_ACCESS_KEY"],
+           "region": os.environ.get("AWS_REGION", "us-east-1"), "threads": threads,
+           "tables": {}, "queries": [list(q) for q in qs]}
+    con = dc.connect(job, dc.httpfs_path())
+    files = [r[0] for r in con.execute(
+        f"SELECT file FROM glob('{cold_db.rstrip('/')}/tables/*/*.parquet') ORDER BY file").fetchall()]
+    for f in files:
+        first = con.execute(f"SELECT name FROM parquet_schema('{f}') LIMIT 1 OFFSET 1").fetchone()[0]
+        job["tables"].setdefault(PREFIX_TABLE[first.split("_")[0]], []).append(f)
+    con.close()
+    missing = sorted(set(PREFIX_TABLE.values()) - set(job["tables"]))
+    if missing:
+        raise SystemExit(f"DuckDB cold: no segment files of {missing} under {cold_db}/tables")
+    p = subprocess.run([sys.executable, str(HERE / "duckdb_cold.py")], input=json.dumps(job),
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"DuckDB cold run failed: {p.stderr}")
+    res = json.loads(p.stdout)["results"]
+    return ({n: r["seconds"] for n, r in res.items()}, {n: r["rows"] for n, r in res.items()})
+
+
 def geomean(xs):
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
@@ -322,10 +359,14 @@ def main():
         figures["tierdb_cold"] = f
         for n in names:
             problems += ["cold: " + p for p in compare(n, a[n], duck_a[n])]
+        t, a = duckdb_cold(cold_db, args.threads, qs)
+        columns["duckdb_httpfs_cold"] = t
+        for n in names:
+            problems += ["DuckDB httpfs cold: " + p for p in compare(n, a[n], duck_a[n])]
 
     heads = list(columns)
-    print(f"TPC-H SF {args.sf}, {args.threads} threads, best of {args.runs} warm runs (seconds; "
-          f"x = time / DuckDB's)")
+    print(f"TPC-H SF {args.sf}, {args.threads} threads, best of {args.runs} warm runs (cold "
+          f"columns: one run, fresh process or instance per query; seconds; x = time / DuckDB's)")
     print(f"{'query':<6}" + "".join(f"{h:>13}" for h in heads) + "".join(f"{h + ' x':>15}" for h in heads[1:]))
     for n in names:
         line = f"{n:<6}" + "".join(f"{columns[h][n]:>13.4f}" for h in heads)
