@@ -365,18 +365,26 @@ def main():
             problems += ["DuckDB httpfs cold: " + p for p in compare(n, a[n], duck_a[n])]
 
     heads = list(columns)
+    # Column widths fit the longest heading (duckdb_httpfs_cold) with a space before it.
+    wt = {h: max(13, len(h) + 1) for h in heads}
+    wx = {h: max(15, len(h) + 3) for h in heads}
     print(f"TPC-H SF {args.sf}, {args.threads} threads, best of {args.runs} warm runs (cold "
           f"columns: one run, fresh process or instance per query; seconds; x = time / DuckDB's)")
-    print(f"{'query':<6}" + "".join(f"{h:>13}" for h in heads) + "".join(f"{h + ' x':>15}" for h in heads[1:]))
+    print(f"{'query':<10}" + "".join(f"{h:>{wt[h]}}" for h in heads)
+          + "".join(f"{h + ' x':>{wx[h]}}" for h in heads[1:]))
     for n in names:
-        line = f"{n:<6}" + "".join(f"{columns[h][n]:>13.4f}" for h in heads)
-        line += "".join(f"{columns[h][n] / columns['duckdb'][n]:>15.2f}" for h in heads[1:])
+        line = f"{n:<10}" + "".join(f"{columns[h][n]:>{wt[h]}.4f}" for h in heads)
+        line += "".join(f"{columns[h][n] / columns['duckdb'][n]:>{wx[h]}.2f}" for h in heads[1:])
         print(line)
     total = {h: sum(columns[h].values()) for h in heads}
-    print(f"{'total':<6}" + "".join(f"{total[h]:>13.4f}" for h in heads)
-          + "".join(f"{total[h] / total['duckdb']:>15.2f}" for h in heads[1:]))
-    print(f"{'geomean x':<10}" + " " * 13 * len(heads)
-          + "".join(f"{geomean([columns[h][n] / columns['duckdb'][n] for n in names]):>15.2f}" for h in heads[1:]))
+    print(f"{'total':<10}" + "".join(f"{total[h]:>{wt[h]}.4f}" for h in heads)
+          + "".join(f"{total[h] / total['duckdb']:>{wx[h]}.2f}" for h in heads[1:]))
+    print(f"{'geomean x':<10}" + "".join(" " * wt[h] for h in heads)
+          + "".join(f"{geomean([columns[h][n] / columns['duckdb'][n] for n in names]):>{wx[h]}.2f}"
+                    for h in heads[1:]))
+    if "tierdb_cold" in columns:
+        print(f"cold / warm (tierdb): {total['tierdb_cold'] / total['tierdb']:.2f}x; tierdb cold / "
+              f"DuckDB + httpfs cold: {total['tierdb_cold'] / total['duckdb_httpfs_cold']:.2f}x")
 
     with open(out / "tpch.csv", "w", newline="") as f:
         w = csv.writer(f)
