@@ -232,19 +232,19 @@ mod tests {
         }
     }
 
-    /// A narrow integer column gets a dictionary, a wide one is written plain; both read
-    /// back unchanged, and the statistics are the rows'.
-    #[test]
-    fn integer_columns_get_a_dictionary_only_over_a_narrow_range() {
-        let column = |name: &str| crate::catalog::ColumnDef {
-            name: name.into(),
-            ty: crate::catalog::ColumnType::Int32,
-            nullable: false,
-        };
-        let def = TableDef {
+    /// A table of `columns` (name, type), for encoding tests.
+    fn table(columns: &[(&str, crate::catalog::ColumnType)]) -> TableDef {
+        TableDef {
             id: 1,
             name: "t".into(),
-            columns: vec![column("narrow"), column("wide")],
+            columns: columns
+                .iter()
+                .map(|(name, ty)| crate::catalog::ColumnDef {
+                    name: (*name).into(),
+                    ty: *ty,
+                    nullable: true,
+                })
+                .collect(),
             sort_key: Vec::new(),
             partition_key: None,
             created_ms: 0,
@@ -254,7 +254,26 @@ mod tests {
             indexes: Vec::new(),
             comments: Default::default(),
             missing: Vec::new(),
-        };
+        }
+    }
+
+    /// The rows of an encoded segment, read back.
+    fn read_back(bytes: Vec<u8>) -> Vec<RecordBatch> {
+        datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
+            bytes::Bytes::from(bytes),
+            1 << 20,
+        )
+        .unwrap()
+        .collect::<std::result::Result<_, _>>()
+        .unwrap()
+    }
+
+    /// A narrow integer column gets a dictionary, a wide one is written plain; both read
+    /// back unchanged, and the statistics are the rows'.
+    #[test]
+    fn integer_columns_get_a_dictionary_only_over_a_narrow_range() {
+        use crate::catalog::ColumnType::Int32;
+        let def = table(&[("narrow", Int32), ("wide", Int32)]);
         let schema = Arc::new(Schema::new(vec![
             Field::new("narrow", DataType::Int32, false),
             Field::new("wide", DataType::Int32, false),
@@ -308,15 +327,7 @@ mod tests {
                 "column {i}"
             );
         }
-        let back: Vec<RecordBatch> =
-            datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
-                bytes::Bytes::from(bytes),
-                1 << 20,
-            )
-            .unwrap()
-            .collect::<std::result::Result<_, _>>()
-            .unwrap();
-        assert_eq!(back, vec![batch]);
+        assert_eq!(read_back(bytes), vec![batch]);
     }
 
     /// Under `auto`, text with few distinct values is a dictionary left uncompressed, text
@@ -324,26 +335,9 @@ mod tests {
     /// rows (nulls included) read back unchanged.
     #[test]
     fn auto_compresses_only_plain_text_and_a_named_codec_everything() {
+        use crate::catalog::ColumnType::Utf8;
         use datafusion::arrow::array::StringArray;
-        let column = |name: &str| crate::catalog::ColumnDef {
-            name: name.into(),
-            ty: crate::catalog::ColumnType::Utf8,
-            nullable: true,
-        };
-        let def = TableDef {
-            id: 1,
-            name: "t".into(),
-            columns: vec![column("mode"), column("comment")],
-            sort_key: Vec::new(),
-            partition_key: None,
-            created_ms: 0,
-            dropped: Vec::new(),
-            primary_key: Vec::new(),
-            defaults: Vec::new(),
-            indexes: Vec::new(),
-            comments: Default::default(),
-            missing: Vec::new(),
-        };
+        let def = table(&[("mode", Utf8), ("comment", Utf8)]);
         let schema = Arc::new(Schema::new(vec![
             Field::new("mode", DataType::Utf8, true),
             Field::new("comment", DataType::Utf8, true),
@@ -385,15 +379,7 @@ mod tests {
             for (i, w) in want.iter().enumerate() {
                 assert_eq!(rg.column(i).compression(), *w, "{codec}, column {i}");
             }
-            let back: Vec<RecordBatch> =
-                datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
-                    bytes::Bytes::from(bytes),
-                    1 << 20,
-                )
-                .unwrap()
-                .collect::<std::result::Result<_, _>>()
-                .unwrap();
-            assert_eq!(back, vec![batch.clone()], "{codec}");
+            assert_eq!(read_back(bytes), vec![batch.clone()], "{codec}");
         }
     }
 }
