@@ -50,8 +50,10 @@ def test_ssb_over_two_workers_equals_one_process(tmp_path):
 
 def test_workers_refuse_bad_input(tmp_path):
     db = str(tmp_path / "db")
-    # Over 1 MiB in 4 segments, so its scan is one the coordinator sends to workers.
-    sql(db, "CREATE TABLE t (k BIGINT NOT NULL) ORDER BY (k); "
+    # Over 1 MiB in 4 segments, so its scan is one the coordinator sends to workers: the
+    # keys unsorted (a sorted run of them is delta encoded in a few bits a value; these
+    # take about 20, 2.5 MB in all).
+    sql(db, "CREATE TABLE t (k BIGINT NOT NULL); "
             "INSERT INTO t SELECT (value * 7919) % 1000003 FROM generate_series(1, 1000000)",
         "--segment-rows", "250000")
     p = tierdb("worker", db, "--listen", "0.0.0.0:0", ok=False)
@@ -70,7 +72,8 @@ def test_workers_answer_like_one_process_and_transactions_read_their_own_writes(
     transaction's own uncommitted segments (in no catalog, so no worker can verify them) are
     read in the coordinator alone, and its answer includes them."""
     db = str(tmp_path / "db")
-    sql(db, "CREATE TABLE t (k BIGINT NOT NULL) ORDER BY (k); "
+    # Unsorted keys: over 1 MiB in 4 segments (see test_workers_refuse_bad_input).
+    sql(db, "CREATE TABLE t (k BIGINT NOT NULL); "
             "INSERT INTO t SELECT (value * 7919) % 1000003 FROM generate_series(1, 1000000)",
         "--segment-rows", "250000")
     # Two workers: a stage of one task runs where it was planned.
