@@ -243,7 +243,7 @@ mod tests {
 
     use std::sync::Arc;
 
-    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::array::StringArray;
     use datafusion::arrow::datatypes::{Field, Schema};
 
     use super::*;
@@ -330,7 +330,6 @@ mod tests {
             ),
             ColumnLayout::Dictionary
         );
-        let _ = Int64Array::from(vec![1]);
     }
 
     #[test]
